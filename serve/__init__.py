@@ -1,0 +1,1 @@
+"""judgeforge.serve"""

@@ -1,0 +1,35 @@
+"""Shared fixtures: repository paths, vendored data, the embedded default model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VENDOR = REPO / "data" / "vendor"
+SHARED = REPO.parent / "shared" / "data"  # present on dev/CI machines; tests prefer VENDOR
+
+# Tests never talk to the network or to wandb.
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def vendor() -> Path:
+    return VENDOR
+
+
+@pytest.fixture(scope="session")
+def default_model_dir() -> Path:
+    """The converted embedded SmolLM2 (built by `make model`; built here if missing)."""
+    from judgeforge.models import ensure_default_model
+
+    return ensure_default_model()
