@@ -1,0 +1,70 @@
+"""Core plumbing: atomic output, CLI dispatch, model name resolution."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from judgeforge import cli, io, models
+
+
+def test_atomic_dir_replaces_only_on_success(tmp_path):
+    final = tmp_path / "out"
+    with io.atomic_dir(final) as d:
+        (d / "a.txt").write_text("one")
+    assert (final / "a.txt").read_text() == "one"
+    with pytest.raises(RuntimeError):
+        with io.atomic_dir(final) as d:
+            (d / "a.txt").write_text("half")
+            raise RuntimeError("killed mid-write")
+    assert (final / "a.txt").read_text() == "one"  # the old output survives a failed write
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temp debris
+
+
+def test_atomic_write_and_jsonl(tmp_path):
+    p = tmp_path / "x" / "r.jsonl"
+    n = io.atomic_write_jsonl(p, [{"a": "é"}, {"b": 2}])
+    assert n == 2 and io.read_jsonl(p) == [{"a": "é"}, {"b": 2}]
+    assert "é" in p.read_text(encoding="utf-8")  # no ASCII escaping
+    assert io.sha256_file(p) == io.sha256_text(p.read_text(encoding="utf-8"))
+
+
+def test_cli_help_and_unknown(capsys):
+    assert cli.main([]) == 0
+    assert "data build" in capsys.readouterr().out
+    assert cli.main(["nonsense"]) == 2
+    assert "unknown command" in capsys.readouterr().err
+
+
+def test_cli_targets_exist_or_are_planned():
+    for words, target in cli.COMMANDS.items():
+        module, func = target.split(":")
+        assert module.startswith("judgeforge.") and func == "main", words
+
+
+def test_resolve_model_paths(tmp_path, monkeypatch):
+    assert models.resolve_model(str(tmp_path)) == str(tmp_path.resolve())
+    assert models.resolve_model("org/some-model") == "org/some-model"  # hub ids pass through
+    monkeypatch.setenv("JUDGEFORGE_HOME", str(tmp_path / "home"))
+    assert models.default_model_dir() == tmp_path / "home" / "models" / models.DEFAULT_DIRNAME
+
+
+@pytest.mark.slow
+def test_default_model_is_a_plain_transformers_checkpoint(default_model_dir):
+    """The embedded judge converted from GGUF loads without gguf and generates text."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert (default_model_dir / "model.safetensors").is_file()
+    cfg = json.loads((default_model_dir / "config.json").read_text())
+    assert cfg["model_type"] == "llama" and "quantization_config" not in cfg
+    tok = AutoTokenizer.from_pretrained(default_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(default_model_dir)
+    batch = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                    add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    out = model.generate(**batch, max_new_tokens=12, do_sample=False)
+    text = tok.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert "Paris" in text
+    assert models.resolve_model("default") == str(default_model_dir)
