@@ -1,0 +1,306 @@
+"""Evaluation sets: loaders that turn published files into items a judge can grade.
+
+Two kinds of set:
+- absolute (`AbsItem`): one response with a reference score, the mean of the
+  reference judge's samples (GPT-4 three times in the Prometheus files) or a
+  human score; the per-sample list is kept for the self-agreement ceiling.
+- pairwise (`PairItem`): two responses and a human choice ('a', 'b', 'tie').
+
+Every prompt is re-rendered with `judgeforge.data.templates`, so the judge sees
+the exact format it was trained on. Sets without a rubric get a named preset
+(recorded in `EvalSet.rubric_preset`). Pure logic: no torch, no vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from judgeforge.data.templates import (
+    DEFAULT_SCALE, Rubric, Scale, absolute_messages, relative_messages, rubric_preset)
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+VENDOR = PACKAGE_ROOT / "data" / "vendor"
+
+
+class SetUnavailable(RuntimeError):
+    """A configured set's data is not on this machine (e.g. a hub-only set offline)."""
+
+
+@dataclass
+class AbsItem:
+    id: str
+    instruction: str
+    response: str
+    rubric: Rubric
+    reference_answer: str | None = None
+    scale: Scale = DEFAULT_SCALE
+    category: str | None = None
+    response_model: str | None = None
+    ref_score: float | None = None
+    """Reference score: mean of `ref_samples` (or a single human/GPT-4 score)."""
+    ref_samples: list[float] = field(default_factory=list)
+
+    def messages(self) -> list[dict]:
+        return absolute_messages(self.instruction, self.response, self.rubric,
+                                 self.reference_answer, self.scale)
+
+
+@dataclass
+class PairItem:
+    id: str
+    instruction: str
+    response_a: str
+    response_b: str
+    human: str
+    """'a', 'b' or 'tie'."""
+    rubric: Rubric
+    reference_answer: str | None = None
+    scale: Scale = DEFAULT_SCALE
+    category: str | None = None
+    instruction_b: str | None = None
+    """When B answered a different dialogue history (multi-turn), B's own instruction."""
+
+    def side(self, which: str) -> AbsItem:
+        """One response as an absolute item (Prometheus-2 protocol: grade both absolutely)."""
+        instr = self.instruction_b if which == "b" and self.instruction_b else self.instruction
+        resp = self.response_a if which == "a" else self.response_b
+        return AbsItem(id=f"{self.id}:{which}", instruction=instr, response=resp, rubric=self.rubric,
+                       reference_answer=self.reference_answer, scale=self.scale, category=self.category)
+
+    def relative_messages(self) -> list[dict]:
+        return relative_messages(self.instruction, self.response_a, self.response_b, self.rubric,
+                                 self.reference_answer)
+
+
+@dataclass
+class EvalSet:
+    name: str
+    kind: str
+    """'absolute' or 'pairwise'."""
+    reference: str
+    """Who made the reference labels: 'gpt-4' or 'human'."""
+    items: list
+    source: str
+    n_available: int
+    """Items in the source before subsetting."""
+    rubric_preset: str | None = None
+    """Named preset rubric used for items without one (recorded in the report)."""
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "reference": self.reference,
+                "n_items": len(self.items), "n_available": self.n_available, "source": self.source,
+                "rubric_preset": self.rubric_preset, "notes": self.notes}
+
+
+# ---------------------------------------------------------------- Prometheus prompts
+
+def parse_prometheus_prompt(prompt: str, scale: Scale = DEFAULT_SCALE) -> dict:
+    """Split a full Prometheus absolute-grading prompt with the data builder's parser, which
+    also checks that our template re-renders it exactly. Raises ValueError if it cannot."""
+    from judgeforge.data.parsers import parse_prometheus_prompt as parse
+    from judgeforge.data.validate import Reject
+
+    m = _SCALE_RE.search(prompt)
+    if m:
+        scale = Scale(int(m.group(1)), int(m.group(2)))
+    try:
+        p = parse(prompt, scale)
+    except Reject as e:
+        raise ValueError(f"unreadable Prometheus prompt: {e}") from None
+    return {"instruction": p.instruction, "response": p.response,
+            "reference_answer": p.reference_answer, "rubric": p.rubric, "scale": p.scale}
+
+
+_SCALE_RE = re.compile(r"an integer between (\d+) and (\d+)")
+
+
+# ---------------------------------------------------------------- file access
+
+def read_records(path: str, split: str | None = None) -> list[dict]:
+    """A JSON list, JSONL or Parquet file, or a Hugging Face dataset id (all splits or `split`).
+
+    Raises SetUnavailable when the path is neither a file nor a loadable dataset.
+    """
+    p = Path(path).expanduser()
+    if not p.is_absolute() and not p.exists() and (PACKAGE_ROOT / p).exists():
+        p = PACKAGE_ROOT / p
+    if p.is_file():
+        if p.suffix == ".parquet":
+            import pyarrow.parquet as pq
+            return pq.read_table(p).to_pylist()
+        text = p.read_text(encoding="utf-8")
+        if p.suffix == ".jsonl":
+            return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+        data = json.loads(text)
+        return list(data.values()) if isinstance(data, dict) else list(data)
+    if p.exists():
+        raise SetUnavailable(f"{p} is a directory, not a data file")
+    try:
+        import datasets
+        ds = datasets.load_dataset(path, split=split)
+    except Exception as e:  # offline, unknown id, auth: all mean "not here"
+        raise SetUnavailable(f"{path!r} is not a local file and could not be loaded from the "
+                             f"Hugging Face hub ({type(e).__name__}: {str(e)[:200]})") from None
+    if isinstance(ds, datasets.DatasetDict):
+        return [r for name in sorted(ds) for r in ds[name]]
+    return list(ds)
+
+
+def subset(items: list, n: int | None, seed: int) -> list:
+    """A seeded sample of n items, kept in source order (all of them when n is None or larger)."""
+    if n is None or n >= len(items):
+        return list(items)
+    keep = sorted(random.Random(seed).sample(range(len(items)), n))
+    return [items[i] for i in keep]
+
+
+def _scores(value) -> list[float]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = json.loads(value)
+    return [float(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if v is not None]
+
+
+def _abs_from_prompt(rec_id: str, prompt: str, scores: list[float], **kw) -> AbsItem:
+    parts = parse_prometheus_prompt(prompt)
+    return AbsItem(id=rec_id, ref_samples=scores,
+                   ref_score=sum(scores) / len(scores) if scores else None, **parts, **kw)
+
+
+# ---------------------------------------------------------------- loaders
+
+def load_prometheus_absolute(path: str, name: str, *, response_models: list[str] | None = None,
+                             split: str | None = None) -> tuple[list[AbsItem], int]:
+    """Prometheus benchmark layout (Vicuna Bench, MT Bench, FLASK, Feedback Bench):
+    `instruction` = full grading prompt, `gpt4_score` = one or several GPT-4 scores."""
+    recs = read_records(path, split)
+    items = []
+    for n, r in enumerate(recs):
+        if "orig_instruction" in r:  # Feedback Collection / Feedback Bench layout
+            items.append(_feedback_collection_item(r, f"{name}:{n}"))
+            continue
+        model = r.get("response_source") or r.get("model")
+        if response_models and model not in response_models:
+            continue
+        score_field = next((k for k in ("gpt4_score", "score", "human_score") if k in r), None)
+        if "instruction" not in r or score_field is None:
+            raise ValueError(f"{path} record {n} has neither the Prometheus layout "
+                             f"(instruction + gpt4_score) nor the Feedback Collection layout (orig_*)")
+        items.append(_abs_from_prompt(f"{name}:{r.get('idx', n)}:{model or n}", r["instruction"],
+                                      _scores(r[score_field]), category=r.get("category"),
+                                      response_model=model))
+    return items, len(recs)
+
+
+def _feedback_collection_item(r: dict, rec_id: str) -> AbsItem:
+    """Feedback Collection / Feedback Bench (`prometheus-eval/Feedback-Bench`): orig_* columns."""
+    rubric = Rubric.from_dict({"criteria": r["orig_criteria"],
+                               **{f"score{k}_description": r.get(f"orig_score{k}_description")
+                                  for k in range(1, 6)}})
+    score = _scores(r.get("orig_score"))
+    return AbsItem(id=rec_id, instruction=r["orig_instruction"], response=r["orig_response"],
+                   rubric=rubric, reference_answer=r.get("orig_reference_answer"),
+                   ref_samples=score, ref_score=score[0] if score else None,
+                   category=r.get("orig_criteria"))
+
+
+def load_heldout(build_dir: str, *, response_models: list[str] | None = None) -> tuple[list[AbsItem], int]:
+    """The held-out split of a data build (`test.jsonl`): samples grouped per item_id,
+    reference = mean of the GPT-4 samples (in sample_idx order)."""
+    path = Path(build_dir) / "test.jsonl"
+    if not path.is_file():
+        raise SetUnavailable(f"no held-out split at {path} (run `judgeforge data build` first)")
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for ln in path.read_text(encoding="utf-8").splitlines():
+        if ln.strip():
+            r = json.loads(ln)
+            if not response_models or r.get("response_model") in response_models:
+                groups[r["item_id"]].append(r)
+    items = []
+    for item_id, recs in groups.items():
+        recs.sort(key=lambda r: r.get("sample_idx", 0))
+        r = recs[0]
+        scores = [float(x["score"]) for x in recs]
+        items.append(AbsItem(id=item_id, instruction=r["instruction"], response=r["response"],
+                             rubric=Rubric.from_dict(r["rubric"]),
+                             reference_answer=r.get("reference_answer"), scale=Scale.parse(r["scale"]),
+                             category=r.get("category"), response_model=r.get("response_model"),
+                             ref_score=sum(scores) / len(scores), ref_samples=scores))
+    return items, len(items)
+
+
+def load_hhh(path: str, *, seed: int = 0) -> tuple[list[PairItem], int]:
+    """HHH Alignment (Prometheus layout): chosen_instruction / rejected_instruction are full
+    grading prompts without reference. The chosen side is put at A or B by a seeded coin so
+    relative grading is not rewarded for a position bias."""
+    recs = read_records(path)
+    rng = random.Random(seed)
+    items = []
+    for n, r in enumerate(recs):
+        ch, rj = parse_prometheus_prompt(r["chosen_instruction"]), parse_prometheus_prompt(
+            r["rejected_instruction"])
+        chosen_first = rng.random() < 0.5
+        a, b = (ch, rj) if chosen_first else (rj, ch)
+        items.append(PairItem(id=f"hhh:{n}", instruction=ch["instruction"], response_a=a["response"],
+                              response_b=b["response"], human="a" if chosen_first else "b",
+                              rubric=ch["rubric"], scale=ch["scale"], category=r.get("source")))
+    return items, len(recs)
+
+
+_MTB_WINNER = {"model_a": "a", "model_b": "b", "tie": "tie", "tie (bothbad)": "tie"}
+
+
+def _dialogue(conv: list[dict], turn: int) -> tuple[str, str]:
+    """MT-Bench conversation -> (instruction with earlier turns, assistant answer at `turn`)."""
+    users = [m["content"] for m in conv if m["role"] == "user"]
+    bots = [m["content"] for m in conv if m["role"] == "assistant"]
+    if turn == 1:
+        return users[0], bots[0]
+    history = "".join(f"User: {u}\nAssistant: {a}\n\n" for u, a in zip(users[:turn - 1], bots))
+    return f"{history}User: {users[turn - 1]}", bots[turn - 1]
+
+
+def load_mt_bench_human(path: str, *, preset: str = "helpfulness",
+                        split: str | None = "human") -> tuple[list[PairItem], int]:
+    """MT-Bench human judgments (`lmsys/mt_bench_human_judgments` layout): question_id,
+    model_a, model_b, winner, judge, conversation_a, conversation_b, turn."""
+    recs = read_records(path, split)
+    rubric = rubric_preset(preset)
+    items = []
+    for n, r in enumerate(recs):
+        if r["winner"] not in _MTB_WINNER:
+            raise ValueError(f"{path} record {n}: unknown winner {r['winner']!r}")
+        turn = int(r["turn"])
+        ia, ra = _dialogue(r["conversation_a"], turn)
+        ib, rb = _dialogue(r["conversation_b"], turn)
+        items.append(PairItem(id=f"mtbh:{r['question_id']}:{r['model_a']}:{r['model_b']}:{turn}:{n}",
+                              instruction=ia, response_a=ra, response_b=rb,
+                              human=_MTB_WINNER[r["winner"]], rubric=rubric, category=f"turn{turn}",
+                              instruction_b=ib if ib != ia else None))
+    return items, len(recs)
+
+
+_AUTOJ_LABEL = {0: "a", 1: "b", 2: "tie"}
+
+
+def load_autoj(path: str, *, preset: str = "helpfulness") -> tuple[list[PairItem], int]:
+    """Auto-J pairwise test set (JSONL): scenario, label (0: response 1 better, 1: response 2,
+    2: tie), prompt, `response 1`, `response 2`."""
+    recs = read_records(path)
+    rubric = rubric_preset(preset)
+    items = []
+    for n, r in enumerate(recs):
+        label = int(r["label"])
+        if label not in _AUTOJ_LABEL:
+            raise ValueError(f"{path} record {n}: label must be 0, 1 or 2, got {label}")
+        items.append(PairItem(id=f"autoj:{n}", instruction=r["prompt"], response_a=r["response 1"],
+                              response_b=r["response 2"], human=_AUTOJ_LABEL[label], rubric=rubric,
+                              category=r.get("scenario")))
+    return items, len(recs)
