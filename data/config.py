@@ -1,0 +1,132 @@
+"""`judgeforge data build` configuration (one typed config; CLI > YAML > defaults).
+
+Relative paths (inputs, eval sets, `out`) are resolved against the current
+directory first and, when nothing exists there, against the judgeforge checkout
+root, so the shipped configs work from the repository root and from tests.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import field_validator, model_validator
+
+from judgeforge.config import Config
+
+FORMATS = ("prometheus", "biggen", "fastchat", "jsonl")
+
+
+class SourceConfig(Config):
+    """One input: a file (JSON list, JSONL, Parquet) or a Hugging Face dataset id."""
+
+    path: str
+    """File path or HF dataset id (loaded with `datasets.load_dataset` when no such file exists)."""
+    format: Literal["prometheus", "biggen", "fastchat", "jsonl"] = "jsonl"
+    """Reader: prometheus | biggen | fastchat | jsonl (generic, see `columns`)."""
+    name: str | None = None
+    """Source name in records and counts (default: format:file stem)."""
+    scale: tuple[int, int] | None = None
+    """Score range [lo, hi] (default: 1-5, FastChat 1-10)."""
+    judge_model: str | None = None
+    """Judge model name when the records do not say (prometheus: gpt-4)."""
+    hf_split: str | None = None
+    """HF dataset split to load (default: all splits, concatenated in name order)."""
+    hf_config: str | None = None
+    """HF dataset configuration name."""
+    columns: dict[str, str] = {}
+    """jsonl only: canonical field -> column name. Fields: instruction, response, score, feedback
+    (required), reference_answer, system_prompt, rubric (dict or criteria string), criteria,
+    response_model, judge_model, category, item_id, sample_idx."""
+    rubric_preset: str | None = None
+    """jsonl only: a named rubric (data.templates.RUBRIC_PRESETS) for records without one."""
+
+    @field_validator("scale")
+    @classmethod
+    def _scale_ok(cls, v):
+        if v is not None and not v[0] < v[1]:
+            raise ValueError(f"scale lo must be < hi, got {list(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _columns_ok(self):
+        if self.format == "jsonl":
+            missing = {"instruction", "response", "score", "feedback"} - set(self.columns)
+            if missing:
+                raise ValueError(f"jsonl source {self.path!r} needs columns for {sorted(missing)}")
+        return self
+
+    def display_name(self) -> str:
+        if self.name:
+            return self.name
+        stem = self.path.rstrip("/").rsplit("/", 1)[-1]
+        for ext in (".jsonl", ".json", ".parquet"):
+            stem = stem.removesuffix(ext)
+        return f"{self.format}:{stem}"
+
+
+class EvalSetConfig(Config):
+    """An evaluation set whose texts must not leak into training data."""
+
+    path: str
+    """File with the evaluation items."""
+    format: Literal["prometheus", "jsonl"] = "prometheus"
+    """prometheus: texts recovered from every full grading prompt in the record (`instruction`,
+    `chosen_instruction`, `rejected_instruction`); jsonl: the string columns in `fields`."""
+    fields: list[str] = []
+    """jsonl only: columns whose text is checked."""
+
+
+class SplitConfig(Config):
+    """Leak-free train/test split: by response model, optionally by instruction too."""
+
+    test_models: list[str] = []
+    """Response models held out for test (exact names)."""
+    test_model_fraction: float = 0.0
+    """If no `test_models`: hold out this fraction of the response models (seeded, at least one when > 0)."""
+    test_instruction_fraction: float = 0.0
+    """Also hold out this fraction of instructions (seeded): train never sees them, and records that
+    pair a held-out instruction with a train model are dropped (counted as `dropped_by_split`)."""
+    seed: int = 42
+    """Seed for the fractional hold-outs."""
+
+    @field_validator("test_model_fraction", "test_instruction_fraction")
+    @classmethod
+    def _fraction(cls, v):
+        if not 0.0 <= v < 1.0:
+            raise ValueError(f"fraction must be in [0, 1), got {v}")
+        return v
+
+
+class DecontamConfig(Config):
+    """Drop or flag training records sharing an n-gram with evaluation sets."""
+
+    eval_sets: list[EvalSetConfig] = []
+    """Evaluation sets to protect (none: no decontamination)."""
+    ngram: int = 13
+    """n-gram length in normalised words (13 as in the benchmark-leakage check)."""
+    mode: Literal["drop", "flag"] = "drop"
+    """drop: remove contaminated training records; flag: keep them with extra.contaminated=true."""
+    fields: list[Literal["instruction", "response", "reference_answer"]] = ["instruction", "response"]
+    """Which record texts are checked."""
+
+
+class BuildConfig(Config):
+    """`judgeforge data build`: judgment logs -> validated, leak-free SFT records."""
+
+    sources: list[SourceConfig] = []
+    """Inputs; `--input FORMAT:PATH` on the command line replaces them."""
+    out: str = "runs/data/default"
+    """Output directory (written atomically: train/test/rejects.jsonl, manifest.json, config.yaml)."""
+    sample_policy: Literal["all", "majority", "consistent"] = "all"
+    """Several judgments of one item: all (one record each), majority (one record with the strict
+    majority score, else drop the item), consistent (keep the item only if scores agree within 1)."""
+    split: SplitConfig = SplitConfig()
+    """Train/test split."""
+    decontamination: DecontamConfig = DecontamConfig()
+    """n-gram decontamination of the training split."""
+    check_feedback_score: bool = True
+    """Reject records whose feedback states a score different from the record's score."""
+    dedup: bool = True
+    """Reject exact duplicates (same content hash) after the first."""
+    progress: bool = True
+    """Show a progress bar on stderr while reading."""

@@ -1,0 +1,121 @@
+"""Record validation: reason codes, score coercion, feedback/score agreement.
+
+Pure logic, hot path: precompiled regexes and plain functions only.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Reason codes (every rejected record carries exactly one).
+UNREADABLE_LINE = "unreadable_line"
+MISSING_FIELD = "missing_field"
+UNPARSEABLE_PROMPT = "unparseable_prompt"
+SCORE_OUT_OF_SCALE = "score_out_of_scale"
+NON_INTEGER_SCORE = "non_integer_score"
+UPSTREAM_PARSE_FAILURE = "upstream_parse_failure"
+SCORE_FEEDBACK_MISMATCH = "score_feedback_mismatch"
+EMPTY_FEEDBACK = "empty_feedback"
+EMPTY_RESPONSE = "empty_response"
+DUPLICATE = "duplicate"
+REASONS = (UNREADABLE_LINE, MISSING_FIELD, UNPARSEABLE_PROMPT, UPSTREAM_PARSE_FAILURE, NON_INTEGER_SCORE,
+           SCORE_OUT_OF_SCALE, EMPTY_RESPONSE, EMPTY_FEEDBACK, SCORE_FEEDBACK_MISMATCH, DUPLICATE)
+
+
+class Reject(Exception):
+    """A record that cannot become a judgment; `reason` is one of REASONS."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+_NUM = r"(-?\d+(?:\.\d+)?)"
+# The judge's own verdict markers: Prometheus `[RESULT] 4` (also `[RESULT] Score: 4`), FastChat `[[4]]`.
+_RESULT_RE = re.compile(r"\[RESULT\]\s*(?:\(?\s*(?:score|rating)\s*[:=]?\s*)?" + _NUM, re.I)
+_BRACKET_RE = re.compile(r"\[\[\s*" + _NUM + r"\s*\]\]")
+# Explicit verdict statements in prose. Deliberately narrow: GPT-4 feedback often cites rubric
+# levels ("falls short of a score of 5", "Score 2 describes ..."), which are not verdicts.
+_STATED_RES = (
+    re.compile(r"\b(?:overall|final|total)\s+(?:score|rating)\s*(?:is|would be|should be|of|:|=)\s*"
+               r"(?:a\s+|an\s+)?" + _NUM, re.I),
+    re.compile(r"\b(?:score|rating|rated|scored|grade)\s*(?:is|of|:|=)?\s*" + _NUM
+               + r"\s*(?:/|out of)\s*\d+", re.I),
+    re.compile(r"\b(?:I|we)\s+(?:would\s+)?(?:give|assign|award|rate)\s+(?:it|this|the response|the answer)?"
+               r"\s*(?:a\s+)?(?:score\s+of\s+|rating\s+of\s+)?" + _NUM + r"\b", re.I),
+    # A closing "Score: 4" / "###Score: 4" / "Rating: 4" line at the very end.
+    re.compile(r"(?:^|[\s.#])(?:score|rating)\s*:\s*" + _NUM + r"\s*\.?\s*$", re.I),
+)
+_FEEDBACK_LABEL_RE = re.compile(r"^\s*(?:###\s*)?feedback\s*:\s*", re.I)
+_TRAILING_RESULT_RE = re.compile(r"\s*\[RESULT\][^\[]*$")
+_TRAILING_RATING_RE = re.compile(r"\s*(?:Rating:\s*)?\[\[\s*-?\d+(?:\.\d+)?\s*\]\]\s*\.?\s*$")
+
+
+def coerce_score(value, lo: int, hi: int) -> int:
+    """The record's score as an int in [lo, hi], or Reject with the precise reason."""
+    if value is None or isinstance(value, bool):
+        raise Reject(MISSING_FIELD, "score")
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                raise Reject(NON_INTEGER_SCORE, f"score {text!r} is not a number") from None
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise Reject(NON_INTEGER_SCORE, f"score {value}")
+        if not value.is_integer():
+            raise Reject(NON_INTEGER_SCORE, f"score {value}")
+        value = int(value)
+    if not isinstance(value, int):
+        raise Reject(NON_INTEGER_SCORE, f"score of type {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise Reject(SCORE_OUT_OF_SCALE, f"score {value} outside {lo}-{hi}")
+    return value
+
+
+def stated_scores(text: str) -> list[float]:
+    """Scores the feedback text itself states as a verdict (empty when it states none)."""
+    found = [float(m) for m in _RESULT_RE.findall(text)]
+    found += [float(m) for m in _BRACKET_RE.findall(text)]
+    for rx in _STATED_RES:
+        found += [float(m) for m in rx.findall(text)]
+    return found
+
+
+def check_feedback_score(feedback: str, score: int) -> None:
+    """Reject when the feedback states a verdict other than `score`."""
+    for stated in stated_scores(feedback):
+        if stated != score:
+            raise Reject(SCORE_FEEDBACK_MISMATCH, f"feedback states {stated:g}, score is {score}")
+
+
+def clean_feedback(text: str) -> str:
+    """Strip a leading `Feedback:` label and a trailing verdict (`[RESULT] n`, `Rating: [[n]]`):
+    the SFT target appends its own `[RESULT] n`. Call after `check_feedback_score`."""
+    text = _FEEDBACK_LABEL_RE.sub("", text, count=1)
+    text = _TRAILING_RESULT_RE.sub("", text)
+    text = _TRAILING_RATING_RE.sub("", text)
+    return text.strip()
+
+
+def require_text(value, name: str, empty_reason: str | None = None) -> str:
+    """A required string field: missing -> missing_field, blank -> `empty_reason` (if given)."""
+    if value is None:
+        raise Reject(MISSING_FIELD, name)
+    if not isinstance(value, str):
+        raise Reject(MISSING_FIELD, f"{name} is {type(value).__name__}, not text")
+    if empty_reason and not value.strip():
+        raise Reject(empty_reason, name)
+    return value
+
+
+def optional_text(value) -> str | None:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else str(value)
+    return text if text.strip() else None
