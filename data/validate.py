@@ -49,7 +49,8 @@ _STATED_RES = (
 )
 _FEEDBACK_LABEL_RE = re.compile(r"^\s*(?:###\s*)?feedback\s*:\s*", re.I)
 _TRAILING_RESULT_RE = re.compile(r"\s*\[RESULT\][^\[]*$")
-_TRAILING_RATING_RE = re.compile(r"\s*(?:Rating:\s*)?\[\[\s*-?\d+(?:\.\d+)?\s*\]\]\s*\.?\s*$")
+_TRAILING_RATING_RE = re.compile(r"\s*\"?(?:Rating:\s*)?\[\[\s*-?\d+(?:\.\d+)?\s*\]\]\"?\s*\.?\s*$")
+_TRAILING_SCORE_RE = re.compile(r"(?:^|(?<=[.!?\n]))\s*(?:###\s*)?(?:score|rating)\s*:\s*-?\d+(?:\.\d+)?\s*\.?\s*$", re.I)
 
 
 def coerce_score(value, lo: int, hi: int) -> int:
@@ -95,11 +96,12 @@ def check_feedback_score(feedback: str, score: int) -> None:
 
 
 def clean_feedback(text: str) -> str:
-    """Strip a leading `Feedback:` label and a trailing verdict (`[RESULT] n`, `Rating: [[n]]`):
+    """Strip a leading `Feedback:` label and a trailing verdict (`[RESULT] n`, `Rating: [[n]]`, `Score: n`):
     the SFT target appends its own `[RESULT] n`. Call after `check_feedback_score`."""
     text = _FEEDBACK_LABEL_RE.sub("", text, count=1)
     text = _TRAILING_RESULT_RE.sub("", text)
     text = _TRAILING_RATING_RE.sub("", text)
+    text = _TRAILING_SCORE_RE.sub("", text)
     return text.strip()
 
 
