@@ -1,0 +1,115 @@
+"""Resumable runs: complete-checkpoint markers and a per-step log of the examples trained.
+
+HF Trainer writes `checkpoint-N/` in place, file by file, so a run killed while
+saving leaves a directory that looks like a checkpoint but is not one. After
+the Trainer has finished a save (`on_save`), `CompletionMarker` writes a marker
+listing every file and its size; `last_complete` only ever returns a checkpoint
+whose marker exists and whose files are all still there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from judgeforge.io import atomic_write_json, dumps_record
+
+MARKER = "judgeforge-complete.json"
+_CKPT = re.compile(r"^checkpoint-(\d+)$")
+# What resuming needs besides the adapter weights.
+REQUIRED = ("trainer_state.json", "optimizer.pt", "scheduler.pt")
+
+
+def checkpoint_dirs(root: Path) -> list[tuple[int, Path]]:
+    """checkpoint-N dirs under `root`, newest first."""
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _CKPT.match(p.name))]
+    return sorted(found, reverse=True)
+
+
+def is_complete(ckpt: Path) -> bool:
+    try:
+        marker = json.loads((ckpt / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return all((ckpt / name).is_file() and (ckpt / name).stat().st_size == size
+               for name, size in marker.get("files", {}).items())
+
+
+def last_complete(root: Path) -> Path | None:
+    return next((p for _, p in checkpoint_dirs(root) if is_complete(p)), None)
+
+
+def discard_incomplete(root: Path) -> list[Path]:
+    """Remove checkpoint dirs that never finished saving (they would be overwritten anyway)."""
+    gone = [p for _, p in checkpoint_dirs(root) if not is_complete(p)]
+    for p in gone:
+        shutil.rmtree(p)
+    return gone
+
+
+def _has_weights(ckpt: Path) -> bool:
+    return any(ckpt.glob("adapter_model.*")) or any(ckpt.glob("global_step*"))
+
+
+class CompletionMarker(TrainerCallback):
+    """Mark a checkpoint complete once the Trainer has written all of it."""
+
+    def on_save(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        missing = [n for n in REQUIRED if not (ckpt / n).is_file()]
+        if missing or not _has_weights(ckpt):
+            raise RuntimeError(f"checkpoint {ckpt} is missing {missing or 'adapter weights'} after save")
+        files = {str(f.relative_to(ckpt)): f.stat().st_size for f in sorted(ckpt.rglob("*"))
+                 if f.is_file() and f.name != MARKER}
+        atomic_write_json(ckpt / MARKER, {"step": state.global_step, "files": files})
+
+
+class SampleLog(TrainerCallback):
+    """Record which examples each optimizer step trained on, to `samples.jsonl` (one line a step).
+
+    The collator wrapper queues each batch's ids as the dataloader fetches it; every
+    micro-step end (`on_substep_end`, `on_step_end`) consumes one queued batch in order, so
+    dataloader prefetching never mis-attributes a batch.
+    """
+
+    def __init__(self, path: Path, collator):
+        self.path, self.inner = Path(path), collator
+        self.queue: list[list[str]] = []
+        self.pending: list[str] = []
+
+    def collate(self, features: list[dict]):
+        if features and "id" in features[0]:
+            self.queue.append([f["id"] for f in features])
+            features = [{k: v for k, v in f.items() if k != "id"} for f in features]
+        return self.inner(features)
+
+    def truncate(self, step: int) -> None:
+        """Keep the lines of steps <= `step` (those the resumed checkpoint holds)."""
+        if not self.path.is_file():
+            return
+        lines = [ln for ln in self.path.read_text().splitlines() if ln.strip()]
+        keep = [ln for ln in lines if json.loads(ln)["step"] <= step]
+        self.path.write_text("".join(ln + "\n" for ln in keep))
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.queue.clear()
+        self.pending.clear()
+
+    def on_substep_end(self, args, state, control, **kwargs):
+        if self.queue:
+            self.pending += self.queue.pop(0)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.on_substep_end(args, state, control)
+        if state.is_world_process_zero:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(dumps_record({"step": state.global_step, "ids": self.pending}) + "\n")
+        self.pending = []

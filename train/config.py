@@ -1,0 +1,194 @@
+"""`judgeforge train` configuration (one typed config; CLI > YAML > defaults).
+
+Sections follow the recipe's vocabulary (BiGGen-Bench App. E, Table 15):
+`model` (base + optional adapter to continue from), `lora`, `data` (build
+directories and the replay mix), `optim`, `checkpoint`, `tracking`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import field_validator, model_validator
+
+from judgeforge.config import Config
+
+
+class ModelConfig(Config):
+    """What is trained: a base model and, for a later round, the adapter it continues from."""
+
+    name: str = "default"
+    """Base model: `default` (embedded SmolLM2), a local path (also a merged model), or a hub id."""
+    adapter: str | None = None
+    """Existing LoRA adapter to continue training (a previous run's `adapter/` dir or its run dir)."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Weights dtype when loading; `auto` follows `precision` (bf16 -> bfloat16, else float32)."""
+    attn_implementation: str | None = None
+    """transformers attention backend (e.g. sdpa, flash_attention_2); None: transformers' default."""
+    trust_remote_code: bool = False
+    """Allow hub models that ship their own modelling code."""
+
+
+class LoraSection(Config):
+    """PEFT LoRA adapter (the paper: r=256, alpha=512, dropout 0.1)."""
+
+    r: int = 16
+    """LoRA rank."""
+    alpha: int = 32
+    """LoRA alpha (scaling = alpha / r)."""
+    dropout: float = 0.05
+    """Dropout on the adapter input of module (nn.Linear) targets. Fused-expert parameter targets
+    (transformers 5 Mixtral `experts.gate_up_proj`/`down_proj`) take none: PEFT cannot factor it."""
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    """Names of what to adapt: module suffixes (q_proj, lm_head, ...), parameter suffixes
+    (experts.gate_up_proj) or Mixtral's legacy expert names w1/w2/w3, which map onto the fused
+    expert parameters (w1+w3 -> gate_up_proj, w2 -> down_proj). Every name must match something."""
+    bias: Literal["none", "all", "lora_only"] = "none"
+    """Which biases are trained."""
+
+    @field_validator("r", "alpha")
+    @classmethod
+    def _positive(cls, v):
+        if v <= 0:
+            raise ValueError(f"must be > 0, got {v}")
+        return v
+
+    @field_validator("dropout")
+    @classmethod
+    def _dropout(cls, v):
+        if not 0.0 <= v < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {v}")
+        return v
+
+
+class SourceSection(Config):
+    """One data-build directory (from `judgeforge data build`) and how much of it to use."""
+
+    path: str
+    """Data-build output directory (holds train.jsonl, test.jsonl, manifest.json)."""
+    fraction: float = 1.0
+    """Fraction of its training records to use (seeded draw): 1.0 for this round's new data,
+    less for replayed earlier rounds."""
+    limit: int | None = None
+    """At most this many training records from it (after `fraction`)."""
+
+    @field_validator("fraction")
+    @classmethod
+    def _fraction(cls, v):
+        if not 0.0 < v <= 1.0:
+            raise ValueError(f"fraction must be in (0, 1], got {v}")
+        return v
+
+
+class DataSection(Config):
+    """Training data: one or more builds mixed (the replay mix), assistant-turn loss only."""
+
+    sources: list[SourceSection] = [SourceSection(path="runs/demo/data")]
+    """Data builds to mix; duplicates across builds (same content hash) are used once."""
+    eval_limit: int | None = 16
+    """Held-out examples (the builds' test.jsonl) for eval loss; 0 disables eval, None uses all."""
+    max_length: int = 4096
+    """Max tokens of prompt + target; longer examples are dropped (never truncated, which would
+    cut off the score) and listed in data.json."""
+    seed: int = 42
+    """Seed for the replay draws and the eval subset."""
+
+
+class OptimSection(Config):
+    """Optimisation (HF TrainingArguments under the names of the recipe)."""
+
+    lr: float = 1e-5
+    """Peak learning rate."""
+    scheduler: str = "linear"
+    """LR schedule (transformers SchedulerType: linear, cosine, constant, constant_with_warmup, ...)."""
+    warmup_ratio: float = 0.0
+    """Fraction of steps for linear warm-up."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    epochs: float = 1.0
+    """Training epochs (ignored when max_steps > 0)."""
+    max_steps: int = -1
+    """Stop after this many optimizer steps (-1: run `epochs`)."""
+    batch_size: int = 8
+    """Global batch size (examples per optimizer step, summed over devices and accumulation)."""
+    micro_batch_size: int = 1
+    """Examples per device per forward pass; accumulation = batch_size / (micro_batch_size * devices)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm."""
+    optimizer: str = "adamw_torch"
+    """transformers optimizer name (adamw_torch, adamw_torch_fused, paged_adamw_8bit, ...)."""
+    gradient_checkpointing: bool = True
+    """Recompute activations in backward (needed at 4096 tokens on 8x7B; slower on tiny models)."""
+
+
+class CheckpointSection(Config):
+    """Checkpoints every `every` steps; a rerun of the same command resumes from the last complete one."""
+
+    every: int = 100
+    """Save a checkpoint every this many optimizer steps."""
+    keep: int | None = 2
+    """Keep at most this many checkpoints (None: all)."""
+    resume: Literal["auto", "never"] = "auto"
+    """auto: continue from the newest complete checkpoint in `out`; never: refuse to reuse a run dir."""
+
+    @field_validator("every")
+    @classmethod
+    def _every(cls, v):
+        if v <= 0:
+            raise ValueError(f"must be > 0, got {v}")
+        return v
+
+
+class TrackingSection(Config):
+    """Experiment tracking."""
+
+    wandb: bool = True
+    """Log to Weights & Biases (offline unless WANDB_API_KEY is set; WANDB_MODE=disabled turns it off)."""
+    project: str = "judgeforge"
+    """wandb project."""
+    run_name: str | None = None
+    """wandb run name (default: the out dir's name)."""
+    logging_steps: int = 1
+    """Log the train loss every this many steps (the loss curve's resolution)."""
+    eval_steps: int | None = None
+    """Evaluate every this many steps (None: at checkpoint steps)."""
+
+
+class TrainConfig(Config):
+    """`judgeforge train`: LoRA SFT of a judge on data builds, resumable, round after round."""
+
+    out: str = "runs/train/default"
+    """Run directory: checkpoints/, adapter/ (final), config.yaml, data.json, loss.json/png."""
+    model: ModelConfig = ModelConfig()
+    """Base model and optional adapter to continue from."""
+    lora: LoraSection = LoraSection()
+    """LoRA adapter settings."""
+    data: DataSection = DataSection()
+    """Data builds and the replay mix."""
+    optim: OptimSection = OptimSection()
+    """Optimisation."""
+    checkpoint: CheckpointSection = CheckpointSection()
+    """Checkpointing and resume."""
+    tracking: TrackingSection = TrackingSection()
+    """Logging and wandb."""
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    """Mixed precision for training (fp32 on CPU)."""
+    seed: int = 42
+    """Seed for model init of the adapter, data order and dropout."""
+    num_gpus: int = 1
+    """Processes to launch; >1 runs under `accelerate launch` with DeepSpeed ZeRO-3."""
+    accelerate_config: str = "configs/train/accelerate/zero3.yaml"
+    """accelerate launch config used when num_gpus > 1 (relative to cwd, else the checkout)."""
+
+    @model_validator(mode="after")
+    def _batch_divides(self):
+        per_step = self.optim.micro_batch_size * self.num_gpus
+        if self.optim.batch_size % per_step:
+            raise ValueError(f"optim.batch_size ({self.optim.batch_size}) must be a multiple of "
+                             f"micro_batch_size x num_gpus ({per_step})")
+        if not self.data.sources:
+            raise ValueError("data.sources is empty: give at least one data-build directory")
+        return self
+
+    def grad_accumulation(self) -> int:
+        return self.optim.batch_size // (self.optim.micro_batch_size * self.num_gpus)

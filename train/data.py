@@ -1,0 +1,106 @@
+"""Training data: data-build directories -> the replay mix -> prompt/completion examples.
+
+Each build line is a `Judgment.to_sft()` dict whose `messages` are
+[system, user, assistant]. TRL trains prompt-completion examples with the loss
+on the completion only, so the messages are split there: prompt = [system,
+user] (rendered by the chat template with the generation prompt, exactly as
+serving renders it), completion = [assistant] (feedback + `[RESULT] n`).
+
+Pure logic: no torch, no transformers.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from judgeforge.config import ConfigError
+from judgeforge.data.templates import TEMPLATE_VERSION
+from judgeforge.io import read_jsonl, sha256_file
+
+
+@dataclass
+class Build:
+    """One data-build directory, read."""
+
+    path: Path
+    train: list[dict]
+    test: list[dict]
+    manifest_sha256: str
+    train_sha256: str
+
+
+@dataclass
+class Mix:
+    """The records chosen for this run and where they came from."""
+
+    train: list[dict]
+    eval: list[dict]
+    sources: list[dict] = field(default_factory=list)
+    duplicates: int = 0
+
+
+def load_build(path: str | Path) -> Build:
+    p = Path(path)
+    missing = [n for n in ("manifest.json", "train.jsonl") if not (p / n).is_file()]
+    if missing:
+        raise ConfigError(f"data source {p} is not a data build (missing {', '.join(missing)}); "
+                          "make one with `judgeforge data build`")
+    test = read_jsonl(p / "test.jsonl") if (p / "test.jsonl").is_file() else []
+    return Build(p, read_jsonl(p / "train.jsonl"), test, sha256_file(p / "manifest.json"),
+                 sha256_file(p / "train.jsonl"))
+
+
+def draw(records: list[dict], fraction: float, limit: int | None, rng: random.Random) -> list[dict]:
+    """A seeded subset of `fraction` of the records (at most `limit`), kept in file order."""
+    k = round(len(records) * fraction) if fraction < 1.0 else len(records)
+    if limit is not None:
+        k = min(k, limit)
+    if k >= len(records):
+        return list(records)
+    return [records[i] for i in sorted(rng.sample(range(len(records)), k))]
+
+
+def mix_builds(builds: list[Build], fractions: list[float], limits: list[int | None], seed: int,
+               eval_limit: int | None) -> Mix:
+    """The replay mix: each build's seeded draw, concatenated, duplicates (content hash) once."""
+    mix = Mix(train=[], eval=[])
+    seen: set[str] = set()
+    for i, (b, frac, lim) in enumerate(zip(builds, fractions, limits, strict=True)):
+        picked = draw(b.train, frac, lim, random.Random(f"{seed}:{i}"))
+        fresh = [r for r in picked if _key(r) not in seen]
+        seen.update(_key(r) for r in fresh)
+        mix.duplicates += len(picked) - len(fresh)
+        mix.train += fresh
+        mix.eval += b.test
+        mix.sources.append({"path": str(b.path), "manifest_sha256": b.manifest_sha256,
+                            "train_sha256": b.train_sha256, "available": len(b.train),
+                            "fraction": frac, "limit": lim, "used": len(fresh)})
+    if not mix.train:
+        raise ConfigError("the data mix is empty: the sources' train.jsonl hold no records")
+    mix.eval = draw(_unique(mix.eval), 1.0, eval_limit, random.Random(f"{seed}:eval"))
+    return mix
+
+
+def _key(rec: dict) -> str:
+    return rec.get("content_hash") or rec["id"]
+
+
+def _unique(records: list[dict]) -> list[dict]:
+    seen: set[str] = set()
+    return [r for r in records if not (_key(r) in seen or seen.add(_key(r)))]
+
+
+def to_prompt_completion(rec: dict) -> dict:
+    """A build line -> TRL conversational prompt-completion example (`id` kept for provenance)."""
+    version = rec.get("template_version")
+    if version != TEMPLATE_VERSION:
+        raise ConfigError(f"record {rec.get('id')} was built with template {version!r}, this "
+                          f"judgeforge trains {TEMPLATE_VERSION!r}: rebuild the data")
+    msgs = rec.get("messages") or []
+    roles = [m.get("role") for m in msgs]
+    if len(msgs) < 2 or roles[-1] != "assistant" or "assistant" in roles[:-1]:
+        raise ConfigError(f"record {rec.get('id')}: messages must end with the one assistant "
+                          f"turn (the judgment), got roles {roles}")
+    return {"id": rec["id"], "prompt": msgs[:-1], "completion": msgs[-1:]}

@@ -1,0 +1,300 @@
+"""`judgeforge train`: LoRA SFT of a judge with TRL's SFTTrainer, resumable, round after round.
+
+    judgeforge train --config configs/train/default.yaml [key=value ...]
+    judgeforge train --config configs/train/prometheus-bgb-8x7b.yaml --num-gpus 8
+
+Run directory (`out`): config.yaml (resolved), data.json (sources, manifest
+hashes, counts, dropped ids), samples.jsonl (example ids per step),
+checkpoints/checkpoint-N (resumable; marked complete), adapter/ (final:
+adapter weights, tokenizer, config.yaml, judgeforge.json with the template
+version), loss.json + loss.png. Rerunning the same command continues from the
+last complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from judgeforge.config import ConfigError, command_parser, load_config, save_resolved
+from judgeforge.data.templates import TEMPLATE_VERSION
+from judgeforge.io import atomic_write_json, read_jsonl
+from judgeforge.train.config import TrainConfig
+
+# Config sections that define the training result; a resumed run must not change them.
+RESULT_FIELDS = ("model", "lora", "data", "optim", "precision", "seed")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = command_parser("judgeforge train", __doc__.split("\n\n")[0])
+    parser.add_argument("--num-gpus", type=int, help="processes to launch (>1: accelerate + ZeRO-3)")
+    parser.add_argument("--out", help="run directory (overrides `out`)")
+    args = parser.parse_args(argv)
+    cfg = load_config(TrainConfig, args.config, args.overrides,
+                      extra={"num_gpus": args.num_gpus, "out": args.out})
+    if cfg.num_gpus > 1 and "LOCAL_RANK" not in os.environ:
+        return launch_distributed(cfg, args.config, list(argv or sys.argv[1:]))
+    print(train(cfg))
+    return 0
+
+
+def repo_path(path: str) -> Path:
+    """A relative path from the cwd, else from the judgeforge checkout (shipped configs)."""
+    p = Path(path)
+    return p if p.is_absolute() or p.exists() else REPO / p
+
+
+def launch_command(cfg: TrainConfig, argv: list[str]) -> list[str]:
+    """`accelerate launch` of this module with the same arguments, one process per GPU."""
+    import yaml
+
+    acc = repo_path(cfg.accelerate_config)
+    if not acc.is_file():
+        raise ConfigError(f"accelerate_config {cfg.accelerate_config} not found")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(acc),
+           "--num_processes", str(cfg.num_gpus)]
+    ds = (yaml.safe_load(acc.read_text()).get("deepspeed_config") or {}).get("deepspeed_config_file")
+    if ds:  # the launch config names its DeepSpeed JSON relative to itself
+        cmd += ["--deepspeed_config_file", str(ds if Path(ds).is_absolute() else acc.parent / Path(ds).name)]
+    return cmd + ["-m", "judgeforge.train.run", *argv]
+
+
+def launch_distributed(cfg: TrainConfig, config: str | None, argv: list[str]) -> int:
+    cmd = launch_command(cfg, argv)
+    print("launching:", " ".join(cmd), file=sys.stderr)
+    return subprocess.run(cmd).returncode
+
+
+def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
+    """Train (or resume) the run `cfg.out`; returns the final adapter directory."""
+    out = Path(cfg.out)
+    adapter_dir = out / "adapter"
+    if _check_run_dir(cfg, out) and (adapter_dir / "judgeforge.json").is_file():
+        print(f"judgeforge train: {out} already finished", file=sys.stderr)
+        return adapter_dir
+    _setup_tracking(cfg, out)
+    mix, train_ds, eval_ds = _datasets(cfg)
+    args = sft_args(cfg, out / "checkpoints", has_eval=len(eval_ds) > 0)  # before the model: ZeRO-3 init
+    trainer, sample_log, dropped = build_trainer(cfg, args, train_ds, eval_ds, out, callbacks)
+    resume = _resume_point(cfg, out / "checkpoints", sample_log)
+    if trainer.is_world_process_zero():
+        save_resolved(cfg, out)
+        atomic_write_json(out / "data.json", {
+            "sources": mix.sources, "duplicates": mix.duplicates, "train": len(trainer.train_dataset),
+            "eval": len(trainer.eval_dataset or []), "dropped_overlong": dropped,
+            "max_length": cfg.data.max_length})
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    if trainer.eval_dataset is not None and not _evaluated_at(trainer, trainer.state.global_step):
+        trainer.evaluate()
+    _save_final(cfg, trainer, adapter_dir, mix)
+    if trainer.is_world_process_zero():
+        from judgeforge.train.curves import write_curves
+
+        write_curves(trainer.state.log_history, out)
+    return adapter_dir
+
+
+def _check_run_dir(cfg: TrainConfig, out: Path) -> bool:
+    """True if `out` holds a run of this same config; error if it holds a different one."""
+    prev = out / "config.yaml"
+    if not prev.is_file():
+        return False
+    if cfg.checkpoint.resume == "never":
+        raise ConfigError(f"{out} already holds a run and checkpoint.resume=never: use a new out")
+    old = load_config(TrainConfig, prev)
+    changed = [f for f in RESULT_FIELDS if getattr(old, f) != getattr(cfg, f)]
+    if changed:
+        raise ConfigError(f"{out} holds a run with different {', '.join(changed)}; resuming it would "
+                          "mix two trainings: use a new out")
+    return True
+
+
+def _setup_tracking(cfg: TrainConfig, out: Path) -> None:
+    if cfg.tracking.wandb and not os.environ.get("WANDB_API_KEY"):
+        os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_PROJECT", cfg.tracking.project)
+    os.environ.setdefault("WANDB_DIR", str(out))
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _datasets(cfg: TrainConfig):
+    from datasets import Dataset
+
+    from judgeforge.train.data import load_build, mix_builds, to_prompt_completion
+
+    builds = [load_build(s.path) for s in cfg.data.sources]
+    mix = mix_builds(builds, [s.fraction for s in cfg.data.sources], [s.limit for s in cfg.data.sources],
+                     cfg.data.seed, cfg.data.eval_limit)
+    def as_ds(recs):
+        rows = [to_prompt_completion(r) for r in recs]
+        return Dataset.from_list(rows) if rows else Dataset.from_dict({"id": [], "prompt": [], "completion": []})
+
+    return mix, as_ds(mix.train), as_ds(mix.eval)
+
+
+def sft_args(cfg: TrainConfig, ckpt_dir: Path, has_eval: bool):
+    """TRL SFTConfig from the recipe's settings."""
+    from trl import SFTConfig
+
+    o, t = cfg.optim, cfg.tracking
+    wandb = t.wandb and os.environ.get("WANDB_MODE") != "disabled"
+    return SFTConfig(
+        output_dir=str(ckpt_dir), seed=cfg.seed, bf16=cfg.precision == "bf16", fp16=cfg.precision == "fp16",
+        learning_rate=o.lr, lr_scheduler_type=o.scheduler, warmup_steps=o.warmup_ratio,
+        weight_decay=o.weight_decay, num_train_epochs=o.epochs, max_steps=o.max_steps,
+        per_device_train_batch_size=o.micro_batch_size, per_device_eval_batch_size=o.micro_batch_size,
+        gradient_accumulation_steps=cfg.grad_accumulation(), max_grad_norm=o.max_grad_norm,
+        optim=o.optimizer, gradient_checkpointing=o.gradient_checkpointing,
+        save_strategy="steps", save_steps=cfg.checkpoint.every, save_total_limit=cfg.checkpoint.keep,
+        eval_strategy="steps" if has_eval else "no",
+        eval_steps=t.eval_steps or cfg.checkpoint.every, logging_steps=t.logging_steps,
+        report_to=["wandb"] if wandb else "none", run_name=t.run_name or Path(cfg.out).name,
+        # Loss on the completion (the judgment) only; length is enforced by dropping, not truncating.
+        completion_only_loss=True, max_length=None, remove_unused_columns=False,
+        dataloader_num_workers=0,
+    )
+
+
+def _load_model(cfg: TrainConfig):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from judgeforge.models import resolve_model
+
+    name = resolve_model(cfg.model.name)
+    dtype = cfg.model.dtype if cfg.model.dtype != "auto" else \
+        ("bfloat16" if cfg.precision == "bf16" else "float32")
+    tok = AutoTokenizer.from_pretrained(name, trust_remote_code=cfg.model.trust_remote_code)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(
+        name, dtype=getattr(torch, dtype), attn_implementation=cfg.model.attn_implementation,
+        trust_remote_code=cfg.model.trust_remote_code)
+    return model, tok
+
+
+def adapter_path(path: str) -> Path:
+    """A previous run dir or its adapter dir -> the adapter dir (template version checked)."""
+    import json
+
+    p = Path(path)
+    p = p / "adapter" if (p / "adapter" / "adapter_config.json").is_file() else p
+    if not (p / "adapter_config.json").is_file():
+        raise ConfigError(f"model.adapter {path} holds no LoRA adapter (adapter_config.json)")
+    meta = p / "judgeforge.json"
+    version = json.loads(meta.read_text()).get("template_version") if meta.is_file() else None
+    if version not in (None, TEMPLATE_VERSION):
+        raise ConfigError(f"adapter {p} was trained on template {version!r}, not {TEMPLATE_VERSION!r}")
+    return p
+
+
+def _peft_model(cfg: TrainConfig, model):
+    """A new LoRA adapter on `model`, or the adapter it continues from, loaded trainable."""
+    from peft import PeftModel, get_peft_model
+
+    from judgeforge.train.lora import lora_config
+
+    wanted = lora_config(cfg, model)
+    # Under ZeRO-3 the adapter must keep the base dtype (as TRL does; trl#6089).
+    autocast = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") != "3"
+    if not cfg.model.adapter:
+        return get_peft_model(model, wanted, autocast_adapter_dtype=autocast)
+    peft = PeftModel.from_pretrained(model, adapter_path(cfg.model.adapter), is_trainable=True,
+                                     autocast_adapter_dtype=autocast)
+    have = peft.peft_config["default"]
+    if (have.r, have.lora_alpha) != (wanted.r, wanted.lora_alpha) or \
+            set(have.target_modules or []) != set(wanted.target_modules or []) or \
+            set(have.target_parameters or []) != set(wanted.target_parameters or []):
+        raise ConfigError(f"model.adapter has r={have.r} alpha={have.lora_alpha} targets="
+                          f"{sorted(have.target_modules or [])}+{have.target_parameters or []}; "
+                          "lora.* must match it to continue training")
+    return peft
+
+
+def build_trainer(cfg: TrainConfig, args, train_ds, eval_ds, out: Path, callbacks: Sequence = ()):
+    """The SFTTrainer, its datasets cut to `max_length`, the sample log and the dropped ids."""
+    from judgeforge.train.checkpoints import CompletionMarker, SampleLog
+    from judgeforge.train.lora import apply_dropout
+    from judgeforge.train.trainer import JudgeSFTTrainer
+
+    model, tok = _load_model(cfg)
+    trainer = JudgeSFTTrainer(_peft_model(cfg, model), args=args, train_dataset=train_ds,
+                              eval_dataset=eval_ds if len(eval_ds) else None, processing_class=tok,
+                              callbacks=[CompletionMarker(), *callbacks])
+    apply_dropout(trainer.model, cfg.lora.dropout)
+    dropped = {}
+    trainer.train_dataset, dropped["train"] = _fit(trainer.train_dataset, cfg.data.max_length, keep_id=True)
+    if trainer.eval_dataset is not None:
+        trainer.eval_dataset, dropped["eval"] = _fit(trainer.eval_dataset, cfg.data.max_length, keep_id=False)
+    if len(trainer.train_dataset) == 0:
+        raise ConfigError(f"every training example is longer than data.max_length={cfg.data.max_length}")
+    sample_log = SampleLog(out / "samples.jsonl", trainer.data_collator)
+    trainer.data_collator = sample_log.collate
+    trainer.add_callback(sample_log)
+    return trainer, sample_log, dropped
+
+
+def _fit(ds, max_length: int, keep_id: bool):
+    """Drop examples longer than `max_length` (a truncated judgment loses its score)."""
+    over = [i for i, ids in zip(ds["id"], ds["input_ids"]) if len(ids) > max_length]
+    if over:
+        bad = set(over)
+        ds = ds.filter(lambda e: e["id"] not in bad)
+    return ds.select_columns(["id", "input_ids", "labels"] if keep_id else ["input_ids", "labels"]), over
+
+
+def _resume_point(cfg: TrainConfig, ckpt_root: Path, sample_log) -> Path | None:
+    from judgeforge.train.checkpoints import discard_incomplete, last_complete
+
+    if cfg.checkpoint.resume == "never":
+        sample_log.truncate(0)
+        return None
+    for p in discard_incomplete(ckpt_root):
+        print(f"judgeforge train: removed incomplete checkpoint {p}", file=sys.stderr)
+    ckpt = last_complete(ckpt_root)
+    sample_log.truncate(int(ckpt.name.split("-")[1]) if ckpt else 0)
+    if ckpt:
+        print(f"judgeforge train: resuming from {ckpt}", file=sys.stderr)
+    return ckpt
+
+
+def _evaluated_at(trainer, step: int) -> bool:
+    return any("eval_loss" in e and e.get("step") == step for e in trainer.state.log_history)
+
+
+def _save_final(cfg: TrainConfig, trainer, adapter_dir: Path, mix) -> None:
+    """Adapter + tokenizer + config + judgeforge.json, moved into place only when complete."""
+    from judgeforge.models import resolve_model
+    from judgeforge.train.lora import lora_summary
+
+    staging = adapter_dir.with_name(".adapter.staging")
+    trainer.save_model(str(staging))  # every rank takes part (ZeRO-3 gathers the weights)
+    if not trainer.is_world_process_zero():
+        return
+    save_resolved(cfg, staging)
+    summary = lora_summary(trainer.model)
+    atomic_write_json(staging / "judgeforge.json", {
+        "template_version": TEMPLATE_VERSION, "base_model": cfg.model.name,
+        "base_model_resolved": resolve_model(cfg.model.name) if cfg.model.name == "default" else cfg.model.name,
+        "continued_from": str(adapter_path(cfg.model.adapter)) if cfg.model.adapter else None,
+        "data": [{k: s[k] for k in ("path", "manifest_sha256", "train_sha256", "used")} for s in mix.sources],
+        "global_step": trainer.state.global_step, "lora_dropout": cfg.lora.dropout,
+        "lora_modules": len(summary["modules"]), "lora_parameters": summary["parameters"],
+        "trainable_params": summary["trainable_params"]})
+    if adapter_dir.exists():
+        shutil.rmtree(adapter_dir)
+    os.replace(staging, adapter_dir)
+
+
+def read_samples(out: str | Path) -> list[dict]:
+    """The per-step example ids a run recorded (samples.jsonl)."""
+    return read_jsonl(Path(out) / "samples.jsonl")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
