@@ -322,3 +322,24 @@ def ranking(scores: Sequence[float | None], models: Sequence[str], external: Map
     out.update(spearman=_finite(sp.statistic), spearman_p=_finite(sp.pvalue),
                kendall=_finite(kt.statistic), kendall_p=_finite(kt.pvalue))
     return out
+
+
+def paired_accuracy_difference(judge_a: Sequence[str | None], judge_b: Sequence[str | None],
+                               human: Sequence[str], *, n_boot: int = DEFAULT_BOOT,
+                               seed: int = DEFAULT_SEED, level: float = 0.95) -> dict:
+    """B minus A in pairwise accuracy on the human-decisive pairs (ties and failures are misses),
+    paired bootstrap over pairs; `forgetting` when B is significantly worse."""
+    dec = [i for i, h in enumerate(human) if h != "tie"]
+    ca = np.asarray([judge_a[i] == human[i] for i in dec], dtype=float)
+    cb = np.asarray([judge_b[i] == human[i] for i in dec], dtype=float)
+    out = {"method": "accuracy", "n": len(dec), "a": None, "b": None, "diff": None, "lo": None,
+           "hi": None, "p": None, "significant": False, "forgetting": False}
+    if len(dec) < 3:
+        return out
+    out.update(a=float(ca.mean()), b=float(cb.mean()), diff=float(cb.mean() - ca.mean()))
+    idx = bootstrap_indices(len(dec), n_boot, seed)
+    diffs = cb[idx].mean(axis=1) - ca[idx].mean(axis=1)
+    lo, hi, _ = percentile_ci(diffs, level)
+    out.update(lo=lo, hi=hi, p=float(min(1.0, 2 * min(np.mean(diffs <= 0), np.mean(diffs >= 0)))),
+               significant=bool(lo > 0 or hi < 0), forgetting=bool(hi < 0))
+    return out

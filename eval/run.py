@@ -1,0 +1,204 @@
+"""`judgeforge eval --config configs/eval/<name>.yaml`: judges x sets -> a report directory.
+
+    report.md          tables (Tables 3, 12, 13 layouts) rendered from metrics.json
+    metrics.json       every number in report.md
+    predictions.jsonl  raw per-unit judge samples (metrics can be recomputed: --recompute DIR)
+    plots/*.png        scatter, confusion matrix, per-category bars, N ablation
+    config.yaml        the resolved config
+
+The directory is written atomically: a failed run leaves no half report.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from judgeforge.config import ConfigError, command_parser, dump_config, load_config
+from judgeforge.eval import sets as S
+from judgeforge.eval.config import PAIRWISE_KINDS, EvalConfig, JudgeConfig, SetConfig
+from judgeforge.eval.judges import add_lengths, build_units, grade_units, merged_model_dir
+from judgeforge.eval.report import compute_metrics, render_markdown
+from judgeforge.io import atomic_dir, atomic_write_json, atomic_write_text, read_jsonl, write_jsonl
+
+
+def _resolve(path: str) -> Path:
+    """Current directory first, then the judgeforge checkout (as the data configs do)."""
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.exists() or not (S.PACKAGE_ROOT / p).exists():
+        return p
+    return S.PACKAGE_ROOT / p
+
+
+def _ensure_heldout(sc: SetConfig) -> Path:
+    path = _resolve(sc.path)
+    if not (path / "test.jsonl").is_file() and sc.build_config:
+        from judgeforge.data.build import run_build
+        from judgeforge.data.config import BuildConfig
+
+        print(f"[eval] {path} has no test.jsonl: building it from {sc.build_config}", file=sys.stderr)
+        run_build(load_config(BuildConfig, _resolve(sc.build_config)), out=path)
+    return path
+
+
+def load_set(sc: SetConfig, seed: int) -> S.EvalSet:
+    """One configured set, subset by its seeded `max_items`. Raises SetUnavailable when absent."""
+    preset = None
+    if sc.kind == "heldout":
+        items, n = S.load_heldout(str(_ensure_heldout(sc)), response_models=sc.response_models or None)
+    elif sc.kind in ("prometheus", "flask", "feedback_bench"):
+        items, n = S.load_prometheus_absolute(sc.path, sc.name, response_models=sc.response_models or None,
+                                              split=sc.split)
+    elif sc.kind == "hhh":
+        items, n = S.load_hhh(sc.path, seed=seed)
+    elif sc.kind == "mt_bench_human":
+        preset = sc.rubric_preset
+        items, n = S.load_mt_bench_human(sc.path, preset=preset, split=sc.split or "human")
+    else:
+        preset = sc.rubric_preset
+        items, n = S.load_autoj(sc.path, preset=preset)
+    if not items:
+        raise S.SetUnavailable(f"{sc.path} holds no items for this set (response_models filter?)")
+    pairwise = sc.kind in PAIRWISE_KINDS
+    return S.EvalSet(name=sc.name, kind="pairwise" if pairwise else "absolute",
+                     reference="human" if pairwise else "gpt-4", items=S.subset(items, sc.max_items, seed),
+                     source=sc.path, n_available=n, rubric_preset=preset)
+
+
+def load_sets(cfg: EvalConfig) -> tuple[list[S.EvalSet], list[dict]]:
+    loaded, skipped = [], []
+    for sc in cfg.sets:
+        try:
+            loaded.append(load_set(sc, cfg.seed))
+        except S.SetUnavailable as e:
+            if sc.required:
+                raise ConfigError(f"set {sc.name!r} is required but unavailable: {e}") from None
+            print(f"[eval] skipping set {sc.name!r}: {e}", file=sys.stderr)
+            skipped.append({"name": sc.name, "kind": sc.kind, "role": sc.role, "reason": str(e)})
+    return loaded, skipped
+
+
+def engine_config(judge: JudgeConfig):
+    """The judge's engine config, pointed at the merged model when an adapter is given."""
+    ecfg = judge.engine
+    if judge.adapter:
+        if ecfg.kind == "openai":
+            raise ConfigError(f"judge {judge.name!r}: an adapter cannot be merged into a remote model")
+        ecfg = ecfg.model_copy(update={"model": str(merged_model_dir(ecfg.model, judge.adapter))})
+    return ecfg
+
+
+def describe(judge: JudgeConfig) -> dict:
+    e = judge.engine
+    what = f"{e.kind} engine, model `{e.model}`"
+    if judge.adapter:
+        what += f" + adapter `{judge.adapter}` (merged on CPU)"
+    if e.kind == "openai":
+        what += f" at {e.base_url}"
+    return {"name": judge.name, "description": what}
+
+
+def _length_tokenizer(cfg: EvalConfig):
+    from judgeforge.serve.engines import load_tokenizer
+
+    name = cfg.length_tokenizer or next((j.engine.tokenizer or j.engine.model for j in cfg.judges), None)
+    try:
+        return load_tokenizer(name) if name else None
+    except Exception as e:  # lengths are an extra; never fail a run for them
+        print(f"[eval] no tokenizer for response lengths ({e}); length bias skipped", file=sys.stderr)
+        return None
+
+
+def set_summaries(cfg: EvalConfig, sets: list[S.EvalSet]) -> list[dict]:
+    by_name = {s.name: s for s in cfg.sets}
+    out = []
+    for s in sets:
+        sc = by_name[s.name]
+        scale = s.items[0].scale
+        out.append({**s.summary(), "role": sc.role, "scale": [scale.lo, scale.hi],
+                    "modes": sc.modes if s.kind == "pairwise" else ["absolute"],
+                    "external_ranking": sc.external_ranking})
+    return out
+
+
+def run_eval(cfg: EvalConfig, command: str = "") -> dict:
+    """Run every judge over every set and write the report directory; returns the metrics."""
+    from judgeforge.serve.engines import build_engine
+
+    sets, skipped = load_sets(cfg)
+    if not sets:
+        raise ConfigError("no evaluation set could be loaded: " + "; ".join(s["reason"] for s in skipped))
+    units = build_units(sets, {s.name: s.modes for s in cfg.sets})
+    add_lengths(units, _length_tokenizer(cfg))
+    n_max = max(cfg.n_values)
+    preds, timing = [], {}
+    for judge in cfg.judges:
+        ecfg = engine_config(judge)
+        print(f"[eval] judge {judge.name!r}: {len(units)} prompts x {n_max} samples", file=sys.stderr)
+        with build_engine(ecfg) as engine:
+            recs, timing[judge.name] = grade_units(engine, units, n=n_max, sampling=cfg.sampling,
+                                                   logprob=cfg.sampling.logprob_score)
+        preds += [{"judge": judge.name, **r} for r in recs]
+    logprob = cfg.sampling.logprob_score and any(j.engine.top_logprobs > 0 for j in cfg.judges)
+    meta = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "command": command,
+            "judge_info": [describe(j) for j in cfg.judges], "timing": timing,
+            "sampling": cfg.sampling.model_dump()}
+    metrics = compute_metrics(preds, sets=set_summaries(cfg, sets), judges=[j.name for j in cfg.judges],
+                              baseline=cfg.baseline_name, n_values=cfg.n_values, logprob=logprob,
+                              n_boot=cfg.bootstrap.n_resamples, level=cfg.bootstrap.level,
+                              seed=cfg.bootstrap.seed, meta=meta, skipped=skipped)
+    write_report(cfg.out, metrics, preds, config_text=dump_config(cfg), plots=cfg.plots)
+    return metrics
+
+
+def write_report(out: str | Path, metrics: dict, preds: list[dict], *, config_text: str | None,
+                 plots: bool = True) -> Path:
+    """report.md, metrics.json, predictions.jsonl, plots/, config.yaml, all or nothing."""
+    out = Path(out)
+    with atomic_dir(out) as tmp:
+        atomic_write_json(tmp / "metrics.json", metrics)
+        atomic_write_text(tmp / "report.md", render_markdown(json.loads((tmp / "metrics.json").read_text())))
+        write_jsonl(tmp / "predictions.jsonl", preds)
+        if config_text is not None:
+            atomic_write_text(tmp / "config.yaml", config_text)
+        if plots:
+            from judgeforge.eval.plots import write_plots
+
+            write_plots(metrics, preds, tmp / "plots")
+    return out
+
+
+def recompute(report_dir: str | Path, plots: bool = True) -> dict:
+    """Recompute metrics.json, report.md and plots of a report dir from its predictions.jsonl."""
+    d = Path(report_dir)
+    old = json.loads((d / "metrics.json").read_text())
+    preds = read_jsonl(d / "predictions.jsonl")
+    meta, boot = old["meta"], old["meta"]["bootstrap"]
+    keep = {k: v for k, v in meta.items() if k not in ("judges", "baseline", "n_values", "variants", "bootstrap")}
+    metrics = compute_metrics(preds, sets=old["sets"], judges=meta["judges"], baseline=meta["baseline"],
+                              n_values=meta["n_values"], logprob="logprob" in meta["variants"],
+                              n_boot=boot["n_resamples"], level=boot["level"], seed=boot["seed"], meta=keep,
+                              skipped=old.get("skipped"))
+    cfg_file = d / "config.yaml"
+    write_report(d, metrics, preds, config_text=cfg_file.read_text() if cfg_file.is_file() else None,
+                 plots=plots)
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = command_parser("judgeforge eval", "Evaluate judges against GPT-4 and human labels.")
+    parser.add_argument("--out", help="report directory (overrides `out`)")
+    parser.add_argument("--recompute", metavar="DIR", help="recompute an existing report from its predictions")
+    args = parser.parse_args(argv)
+    if args.recompute:
+        recompute(args.recompute)
+        print(Path(args.recompute) / "report.md")
+        return 0
+    cfg = load_config(EvalConfig, args.config, args.overrides, extra={"out": args.out})
+    command = "judgeforge eval " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    run_eval(cfg, command=command)
+    print(Path(cfg.out) / "report.md")
+    return 0

@@ -1,0 +1,171 @@
+"""Report pipeline on a fake engine: units -> predictions -> metrics.json -> report.md/plots, compare."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+
+from judgeforge.config import load_config
+from judgeforge.eval import compare as C
+from judgeforge.eval import run as R
+from judgeforge.eval.config import EvalConfig
+from judgeforge.eval.report import render_markdown
+from judgeforge.serve.engines import JudgeEngine, PromptTooLong, Sample
+
+
+class FakeEngine(JudgeEngine):
+    """Deterministic stand-in for a serve engine: scores near the reference, some garbage."""
+
+    kind = "fake"
+
+    def __init__(self, cfg):
+        self.model_name = cfg.model
+        self.noise = 0 if "good" in cfg.model else 2
+        self.rng = random.Random(cfg.model)
+
+    def check_request(self, req):
+        if "TOO LONG" in req.messages[-1]["content"]:
+            raise PromptTooLong(9999, req.max_tokens, 4096)
+
+    def generate(self, requests):
+        out = []
+        for req in requests:
+            samples = []
+            for _ in range(req.n):
+                if self.rng.random() < 0.1:
+                    samples.append(Sample(text="I think it is fine.", finish_reason="length"))
+                    continue
+                if "###Response A" in req.messages[-1]["content"]:
+                    samples.append(Sample(text=f"ok [RESULT] {self.rng.choice('AB')}", finish_reason="stop"))
+                    continue
+                s = self.rng.randint(1, 5) if self.noise else _hidden_score(req.messages[-1]["content"])
+                samples.append(Sample(text=f"Feedback: fine. [RESULT] {s}", finish_reason="stop",
+                                      score_logprobs={s: -0.2, max(1, s - 1): -1.8}))
+            out.append(samples)
+        return out
+
+
+def _hidden_score(prompt: str) -> int:
+    # The "good" judge reads the response length as a proxy that correlates with nothing;
+    # use a stable hash so the score is deterministic per prompt.
+    return 1 + sum(map(ord, prompt[-400:])) % 5
+
+
+@pytest.fixture
+def fake_engine(monkeypatch):
+    import judgeforge.serve.engines as E
+
+    monkeypatch.setattr(E, "build_engine", lambda cfg: FakeEngine(cfg))
+    monkeypatch.setattr(R, "_length_tokenizer", lambda cfg: _WordTok())
+
+
+class _WordTok:
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": text.split()}
+
+
+def _cfg(tmp_path, vendor, judges=("base", "good")):
+    pv = vendor / "prometheus-eval"
+    return load_config(EvalConfig, None, [
+        f"out={tmp_path / 'report'}", "n_values=[1, 3]", "bootstrap.n_resamples=200",
+        "judges=[" + ", ".join(f"{{name: {j}, engine: {{model: {j}-model}}}}" for j in judges) + "]",
+        "sets=[{name: vicuna, kind: prometheus, path: " + str(pv / "vicuna_eval.json") + ", max_items: 24},"
+        " {name: hhh, kind: hhh, path: " + str(pv / "hhh_alignment_eval.json") + ", max_items: 12,"
+        " modes: [absolute, relative]},"
+        " {name: flask, kind: flask, path: nobody/flask-offline}]"])
+
+
+def _numbers(text: str) -> set[str]:
+    return set(re.findall(r"-?\d+\.\d+", text))
+
+
+def test_run_writes_report_from_metrics(tmp_path, vendor, fake_engine):
+    cfg = _cfg(tmp_path, vendor)
+    m = R.run_eval(cfg, command="judgeforge eval test")
+    out = tmp_path / "report"
+    for name in ("report.md", "metrics.json", "predictions.jsonl", "config.yaml", "plots/n_ablation.png",
+                 "plots/scatter__base__vicuna.png", "plots/confusion__good__vicuna.png",
+                 "plots/categories__vicuna.png"):
+        assert (out / name).is_file(), name
+    metrics = json.loads((out / "metrics.json").read_text())
+    report = (out / "report.md").read_text()
+    assert report == render_markdown(metrics)
+    # Every decimal number in report.md is a (rounded) number from metrics.json.
+    have = {f"{x:.3f}" for x in _all_floats(metrics)} | {f"{x:.1f}" for x in _all_floats(metrics)} | \
+        {f"{x:.2f}" for x in _all_floats(metrics)}
+    missing = _numbers(report) - have
+    assert not missing, missing
+    # Real content: parse failures counted, sets and skipped sets named, N variants present.
+    vic = metrics["results"]["base"]["vicuna"]
+    assert set(vic) == {"n1", "n3", "logprob"}
+    assert vic["n1"]["n"] == 24 and vic["n1"]["parse_failures"] > 0
+    assert metrics["reference"]["vicuna"]["ceiling"]["k"] == 3
+    assert metrics["skipped"][0]["name"] == "flask" and "skipped `flask`" in report
+    hhh = metrics["results"]["good"]["hhh"]
+    assert set(hhh) == {"absolute", "relative"} and hhh["absolute"]["n3"]["n"] == 12
+    assert "Table 13" in report and "Table 12" in report and "Table 3" in report
+    d = metrics["comparisons"]["good"]["vicuna"]["n3"]
+    assert d["n"] > 0 and d["lo"] is not None
+    assert m == metrics
+
+
+def _all_floats(obj):
+    if isinstance(obj, bool):
+        return
+    if isinstance(obj, (int, float)):
+        yield float(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _all_floats(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _all_floats(v)
+
+
+def test_recompute_reproduces_metrics(tmp_path, vendor, fake_engine):
+    cfg = _cfg(tmp_path, vendor)
+    cfg.plots = False
+    m1 = R.run_eval(cfg)
+    m2 = R.recompute(tmp_path / "report", plots=False)
+    assert json.dumps(m1["results"], sort_keys=True) == json.dumps(m2["results"], sort_keys=True)
+
+
+def test_prompt_too_long_is_a_counted_failure(tmp_path, vendor, fake_engine, monkeypatch):
+    from judgeforge.eval import judges as J
+    from judgeforge.eval.sets import AbsItem
+    from judgeforge.data.templates import Rubric
+
+    units = J.build_units([R.S.EvalSet("s", "absolute", "gpt-4", [
+        AbsItem("x", "TOO LONG", "r", Rubric("c"), ref_score=3.0),
+        AbsItem("y", "fine", "r", Rubric("c"), ref_score=3.0)], "mem", 2)], {})
+    cfg = _cfg(tmp_path, vendor)
+    recs, timing = J.grade_units(FakeEngine(cfg.judges[0].engine), units, n=2, sampling=cfg.sampling,
+                                 logprob=True)
+    assert recs[0]["samples"][0]["reason"].startswith("prompt too long") and timing["prompts"] == 1
+    assert len(recs[1]["samples"]) == 2
+
+
+def test_compare_two_reports(tmp_path, vendor, fake_engine):
+    a = _cfg(tmp_path / "a", vendor, judges=("base",))
+    b = _cfg(tmp_path / "b", vendor, judges=("good",))
+    a.plots = b.plots = False
+    R.run_eval(a)
+    R.run_eval(b)
+    text = C.compare(tmp_path / "a" / "report", tmp_path / "b" / "report", n_boot=100)
+    assert "base → good" in text and "| vicuna |" in text and "| hhh |" in text
+    out = tmp_path / "cmp.md"
+    assert C.main([str(tmp_path / "a" / "report"), str(tmp_path / "b" / "report"), "--out", str(out),
+                   "--n-boot", "50"]) == 0
+    assert out.read_text().startswith("# Comparison")
+
+
+def test_unavailable_required_set_fails(tmp_path, vendor):
+    from judgeforge.config import ConfigError
+
+    cfg = load_config(EvalConfig, None, [f"out={tmp_path}/r",
+                                         "sets=[{name: fb, kind: feedback_bench, path: nobody/x, required: true}]"])
+    with pytest.raises(ConfigError, match="required"):
+        R.run_eval(cfg)
