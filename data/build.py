@@ -27,7 +27,7 @@ from judgeforge.data.schema import Judgment
 from judgeforge.data.split import apply_policy, choose_test_models, split_records
 from judgeforge.data.templates import TEMPLATE_VERSION
 from judgeforge.data.validate import DUPLICATE, REASONS, UNREADABLE_LINE, Reject
-from judgeforge.io import atomic_dir, atomic_write_json, dumps_record, sha256_file
+from judgeforge.io import atomic_dir, atomic_write_json, dumps_record, sha256_file, sha256_text
 
 BUCKETS = ("train", "test", "dropped_by_policy", "dropped_by_split", "decontaminated")
 
@@ -56,6 +56,17 @@ class SourceCounts:
         return d
 
 
+def sha256_path(path: Path | None) -> str | None:
+    """sha256 of a file; of a directory, over its files' relative paths and hashes; None for hub ids."""
+    if path is None:
+        return None
+    if path.is_file():
+        return sha256_file(path)
+    listing = "".join(f"{p.relative_to(path).as_posix()}\0{sha256_file(p)}\n"
+                      for p in sorted(path.rglob("*")) if p.is_file())
+    return sha256_text(listing)
+
+
 def read_sources(cfg: BuildConfig) -> tuple[list[Kept], list[dict], dict[str, SourceCounts], list[dict]]:
     """Parse and validate every source: (kept, rejects, counts per source, input descriptions)."""
     from tqdm import tqdm
@@ -75,7 +86,7 @@ def read_sources(cfg: BuildConfig) -> tuple[list[Kept], list[dict], dict[str, So
         parse = PARSERS[src.format]
         records, local = open_source(src.path, src.hf_split, src.hf_config)
         inputs.append({"name": name, "format": src.format, "path": src.path,
-                       "sha256": sha256_file(local) if local else None,
+                       "sha256": sha256_path(local),
                        "scale": [ctx.scale.lo, ctx.scale.hi]})
 
         def reject(raw, sample_idx: int, e: Reject) -> None:
@@ -120,7 +131,7 @@ def eval_texts(sets: list[EvalSetConfig]) -> tuple[list[str], list[dict]]:
                 texts += prometheus_texts(raw.obj)
             else:
                 texts += [raw.obj[f] for f in es.fields if isinstance(raw.obj.get(f), str)]
-        described.append({"path": es.path, "format": es.format, "sha256": sha256_file(local) if local else None,
+        described.append({"path": es.path, "format": es.format, "sha256": sha256_path(local),
                           "texts": len(texts) - n_before, "unreadable_lines": unreadable})
     return texts, described
 

@@ -113,15 +113,17 @@ def iter_hub(path: str, split: str | None, config: str | None) -> Iterator[Raw]:
             yield Raw(n, _dumps(row), row)
 
 
-def open_source(path: str, hf_split: str | None = None, hf_config: str | None = None) -> tuple[Iterator[Raw], Path | None]:
-    """(records, resolved local path or None for a hub dataset)."""
+def open_source(path: str, hf_split: str | None = None,
+                hf_config: str | None = None) -> tuple[Iterator[Raw], Path | None]:
+    """(records, resolved local path; None for a hub dataset). A directory is loaded with
+    `datasets.load_dataset(dir)` like a hub id (e.g. a downloaded BiGGen-Bench-Results snapshot)."""
     local = resolve_path(path)
     if local is None:
         if looks_like_hub_id(path):
             return iter_hub(path, hf_split, hf_config), None
         raise ConfigError(f"input not found: {path} (tried the current directory and {REPO_ROOT})")
-    if local.is_dir():
-        raise ConfigError(f"input {path} is a directory; name a file")
+    if local.is_dir():  # a local copy of a hub dataset (data files or a snapshot): the same loader
+        return iter_hub(str(local), hf_split, hf_config), local
     suffix = local.suffix.lower()
     if suffix == ".parquet":
         return iter_parquet(local), local

@@ -80,12 +80,12 @@ def coerce_score(value, lo: int, hi: int) -> int:
 
 
 def stated_scores(text: str) -> list[float]:
-    """Scores the feedback text itself states as a verdict (empty when it states none)."""
+    """Distinct scores the feedback text itself states as a verdict (empty when it states none)."""
     found = [float(m) for m in _RESULT_RE.findall(text)]
     found += [float(m) for m in _BRACKET_RE.findall(text)]
     for rx in _STATED_RES:
         found += [float(m) for m in rx.findall(text)]
-    return found
+    return sorted(set(found))
 
 
 def check_feedback_score(feedback: str, score: int) -> None:
