@@ -193,7 +193,7 @@ def adapter_path(path: str) -> Path:
     return p
 
 
-def _peft_model(cfg: TrainConfig, model):
+def _peft_model(cfg: TrainConfig, model, args):
     """A new LoRA adapter on `model`, or the adapter it continues from, loaded trainable."""
     from peft import PeftModel, get_peft_model
 
@@ -201,7 +201,8 @@ def _peft_model(cfg: TrainConfig, model):
 
     wanted = lora_config(cfg, model)
     # Under ZeRO-3 the adapter must keep the base dtype (as TRL does; trl#6089).
-    autocast = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") != "3"
+    ds = getattr(args, "deepspeed_plugin", None)
+    autocast = not (ds is not None and ds.zero_stage == 3)
     if not cfg.model.adapter:
         return get_peft_model(model, wanted, autocast_adapter_dtype=autocast)
     peft = PeftModel.from_pretrained(model, adapter_path(cfg.model.adapter), is_trainable=True,
@@ -223,7 +224,7 @@ def build_trainer(cfg: TrainConfig, args, train_ds, eval_ds, out: Path, callback
     from judgeforge.train.trainer import JudgeSFTTrainer
 
     model, tok = _load_model(cfg)
-    trainer = JudgeSFTTrainer(_peft_model(cfg, model), args=args, train_dataset=train_ds,
+    trainer = JudgeSFTTrainer(_peft_model(cfg, model, args), args=args, train_dataset=train_ds,
                               eval_dataset=eval_ds if len(eval_ds) else None, processing_class=tok,
                               callbacks=[CompletionMarker(), *callbacks])
     apply_dropout(trainer.model, cfg.lora.dropout)
