@@ -1,0 +1,175 @@
+"""HTTP request/response models of the grading API (pydantic), and their mapping to judge items.
+
+Static limits live in the field constraints (so they show in the OpenAPI spec);
+limits from the config (`max_n`, `max_input_chars`, `max_batch`) are checked by
+`validate_limits`, which raises `FieldError` naming the field (served as 422).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from judgeforge.data.templates import RUBRIC_PRESETS, Rubric, Scale
+from judgeforge.serve.judge import CompareItem, GradeItem, Options
+
+_DESC_KEY = re.compile(r"^score(\d{1,3})_description$")
+
+
+class FieldError(ValueError):
+    """A request field breaks a configured limit; `loc` names it."""
+
+    def __init__(self, loc: list, msg: str, kind: str = "value_error"):
+        self.loc, self.msg, self.kind = loc, msg, kind
+        super().__init__(f"{'.'.join(map(str, loc))}: {msg}")
+
+    def detail(self) -> list[dict]:
+        return [{"loc": ["body", *self.loc], "msg": self.msg, "type": self.kind}]
+
+
+class RubricIn(BaseModel):
+    """BiGGen-Bench rubric layout: `criteria` and `score<k>_description` for each score."""
+
+    model_config = ConfigDict(extra="allow")
+    criteria: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _descriptions(self):
+        for key, value in (self.model_extra or {}).items():
+            if not _DESC_KEY.match(key):
+                raise ValueError(f"unknown rubric key {key!r} (expected criteria, score<k>_description)")
+            if not isinstance(value, str):
+                raise ValueError(f"rubric {key} must be a string")
+        return self
+
+    def to_rubric(self) -> Rubric:
+        return Rubric.from_dict(self.model_dump())
+
+
+class SamplingIn(BaseModel):
+    n: int | None = Field(None, ge=1, description="samples to vote over (<= the server's max_n)")
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1, le=1_000_000)
+    seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    adapter: str | None = Field(None, description="LoRA adapter name from GET /v1/models; null = base")
+
+    def options(self) -> Options:
+        return Options(n=self.n, temperature=self.temperature, top_p=self.top_p,
+                       max_tokens=self.max_tokens, seed=self.seed, adapter=self.adapter)
+
+
+RubricField = Field(description="BiGGen-Bench rubric dict or a preset name: "
+                                + ", ".join(sorted(RUBRIC_PRESETS)))
+
+
+class GradeRequest(SamplingIn):
+    model_config = ConfigDict(extra="forbid")
+    instruction: str = Field(min_length=1)
+    response: str
+    rubric: RubricIn | str = RubricField
+    reference_answer: str | None = None
+    scale: list[int] | None = Field(None, min_length=2, max_length=2,
+                                    description="[lo, hi] integer score range, default [1, 5]")
+
+    @field_validator("scale")
+    @classmethod
+    def _scale(cls, v):
+        if v is not None and not (0 <= v[0] < v[1] <= 100):
+            raise ValueError("scale must be [lo, hi] with 0 <= lo < hi <= 100")
+        return v
+
+    def item(self) -> GradeItem:
+        scale = Scale(*self.scale) if self.scale else Scale()
+        return GradeItem(self.instruction, self.response, resolve_rubric(self.rubric, ["rubric"]),
+                         self.reference_answer, scale, self.options())
+
+
+class CompareRequest(SamplingIn):
+    model_config = ConfigDict(extra="forbid")
+    instruction: str = Field(min_length=1)
+    response_a: str
+    response_b: str
+    rubric: RubricIn | str = RubricField
+    reference_answer: str | None = None
+    both_orders: bool = Field(False, description="also grade B-vs-A; a win counts only if both agree")
+
+    def item(self) -> CompareItem:
+        return CompareItem(self.instruction, self.response_a, self.response_b,
+                           resolve_rubric(self.rubric, ["rubric"]), self.reference_answer,
+                           self.both_orders, self.options())
+
+
+class GradeBatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    items: list[GradeRequest] = Field(min_length=1)
+
+
+class CompareBatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    items: list[CompareRequest] = Field(min_length=1)
+
+
+def resolve_rubric(rubric: RubricIn | str, loc: list) -> Rubric:
+    if isinstance(rubric, RubricIn):
+        return rubric.to_rubric()
+    if rubric not in RUBRIC_PRESETS:
+        raise FieldError(loc, f"unknown rubric preset {rubric!r}; known: {sorted(RUBRIC_PRESETS)}")
+    return RUBRIC_PRESETS[rubric]
+
+
+def validate_limits(req: GradeRequest | CompareRequest, cfg, loc: list | None = None) -> None:
+    """Config-dependent limits: n <= max_n, text fields <= max_input_chars."""
+    loc = loc or []
+    if req.n is not None and req.n > cfg.sampling.max_n:
+        raise FieldError(loc + ["n"], f"n={req.n} exceeds this server's max_n={cfg.sampling.max_n}",
+                         "less_than_equal")
+    for name in ("instruction", "response", "response_a", "response_b", "reference_answer"):
+        value = getattr(req, name, None)
+        if isinstance(value, str) and len(value) > cfg.server.max_input_chars:
+            raise FieldError(loc + [name], f"{name} is {len(value)} characters; the limit is "
+                             f"{cfg.server.max_input_chars}", "string_too_long")
+
+
+class GradeResponse(BaseModel):
+    score: int | None = Field(description="voted score; null when no sample parsed (see reason)")
+    reason: str | None = None
+    votes: list[int | None]
+    distribution: dict[str, int]
+    agreement: float | None = Field(description="share of valid votes equal to the voted score")
+    mean: float | None
+    n_valid: int
+    n_unparseable: int
+    feedback: str | None = Field(description="feedback of one sample that voted with the majority")
+    score_probs: dict[str, float] | None = Field(
+        None, description="probability of each score at the score position, averaged over samples")
+    expected_score: float | None = None
+    n_sampled: int = Field(0, description="samples drawn, re-samples included")
+    failures: dict[str, int] = {}
+    model: str
+    adapter: str | None = None
+    rubric: str = Field(description="preset name or 'custom'")
+    scale: list[int]
+    latency_s: float
+
+
+class CompareResponse(BaseModel):
+    winner: str | None = Field(description='"A", "B", or null (tie, inconsistent, unparseable: see reason)')
+    reason: str | None = None
+    votes: list[str | None]
+    swapped_votes: list[str | None] | None = None
+    distribution: dict[str, int]
+    agreement: float | None
+    consistent: bool | None = None
+    n_valid: int
+    n_unparseable: int
+    feedback: str | None
+    model: str
+    adapter: str | None = None
+    latency_s: float
+
+
+def rubric_name(rubric: Any) -> str:
+    return rubric if isinstance(rubric, str) else "custom"
