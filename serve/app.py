@@ -34,7 +34,8 @@ from judgeforge.serve.config import ServeConfig
 from judgeforge.serve.engines import EngineDead, EngineError, JudgeEngine, PromptTooLong, UnknownAdapter
 from judgeforge.serve.judge import Judge
 from judgeforge.serve.schemas import (CompareBatchRequest, CompareRequest, CompareResponse, FieldError,
-                                      GradeBatchRequest, GradeRequest, GradeResponse, rubric_name,
+                                      GradeBatchRequest, GradeRequest, GradeResponse, apply_limits_to_openapi,
+                                      rubric_name,
                                       validate_limits)
 
 log = logging.getLogger("judgeforge.serve")
@@ -87,11 +88,10 @@ def create_app(cfg: ServeConfig, engine: JudgeEngine) -> FastAPI:
 
     async def watch_engine():
         while True:
-            alive = engine.alive
-            if not alive and state["alive"]:
+            was = state["alive"]
+            alive = engine_ok()
+            if was and not alive:
                 log.error("engine is dead: answering 503")
-                state["reason"] = "engine is dead"
-            state["alive"] = alive
             metrics.engine_alive.set(1 if alive else 0)
             await asyncio.sleep(cfg.server.health_poll_s)
 
@@ -115,6 +115,23 @@ def create_app(cfg: ServeConfig, engine: JudgeEngine) -> FastAPI:
 
     guarded = [Depends(require_key)]
 
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            spec = get_openapi(title=app.title, version=app.version, description=app.description,
+                               routes=app.routes)
+            app.openapi_schema = apply_limits_to_openapi(spec, cfg)
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+    def engine_ok() -> bool:
+        """Engine liveness (cheap; the watcher also polls it so /metrics and /health follow)."""
+        if state["alive"] and not engine.alive:
+            state["alive"], state["reason"] = False, "engine is dead"
+        return state["alive"]
+
     @app.exception_handler(FieldError)
     async def _field_error(request: Request, exc: FieldError):
         return JSONResponse({"detail": exc.detail()}, status_code=422)
@@ -127,7 +144,7 @@ def create_app(cfg: ServeConfig, engine: JudgeEngine) -> FastAPI:
 
     def check(reqs: list, loc_prefix: str | None) -> None:
         """Config limits, rubric/adapter names and context length: all before admission."""
-        if not state["alive"]:
+        if not engine_ok():
             raise HTTPException(503, state["reason"] or "engine is dead")
         if loc_prefix and len(reqs) > cfg.server.max_batch:
             raise FieldError([loc_prefix], f"{len(reqs)} items; the limit is {cfg.server.max_batch}",
@@ -158,7 +175,7 @@ def create_app(cfg: ServeConfig, engine: JudgeEngine) -> FastAPI:
                 done, _ = await asyncio.wait({task}, timeout=min(0.5, cfg.server.health_poll_s))
                 if done:
                     return task.result()
-                if not state["alive"]:
+                if not engine_ok():
                     raise HTTPException(503, state["reason"] or "engine is dead")
                 if time.monotonic() > deadline:
                     raise HTTPException(504, f"grading exceeded {cfg.server.request_timeout_s:g}s")
@@ -235,7 +252,7 @@ def create_app(cfg: ServeConfig, engine: JudgeEngine) -> FastAPI:
 
     @app.get("/health")
     async def health():
-        alive = state["alive"] = state["alive"] and engine.alive
+        alive = engine_ok()
         body = {"status": "ok" if alive else "dead", "engine": engine.kind, "model": engine.model_name,
                 "in_flight": admission.used, "max_in_flight": admission.limit}
         if not alive:

@@ -82,6 +82,8 @@ class SamplingConfig(Config):
     """Nucleus sampling (Prometheus: 0.9)."""
     max_tokens: int = Field(512, ge=1)
     """Generated tokens per sample (feedback + `[RESULT] n`)."""
+    max_tokens_limit: int = Field(2048, ge=1)
+    """Largest `max_tokens` a request may ask for (422 above it)."""
     max_resample_rounds: int = Field(2, ge=0)
     """Extra rounds that re-sample only the unparseable samples."""
     seed: int | None = None
@@ -91,6 +93,8 @@ class SamplingConfig(Config):
     def _n_le_max(self):
         if self.n > self.max_n:
             raise ValueError(f"n={self.n} exceeds max_n={self.max_n}")
+        if self.max_tokens > self.max_tokens_limit:
+            raise ValueError(f"max_tokens={self.max_tokens} exceeds max_tokens_limit={self.max_tokens_limit}")
         return self
 
 

@@ -8,7 +8,7 @@ limits from the config (`max_n`, `max_input_chars`, `max_batch`) are checked by
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -61,6 +61,7 @@ class SamplingIn(BaseModel):
                        max_tokens=self.max_tokens, seed=self.seed, adapter=self.adapter)
 
 
+PresetName = Literal[tuple(sorted(RUBRIC_PRESETS))]  # type: ignore[valid-type]
 RubricField = Field(description="BiGGen-Bench rubric dict or a preset name: "
                                 + ", ".join(sorted(RUBRIC_PRESETS)))
 
@@ -69,7 +70,7 @@ class GradeRequest(SamplingIn):
     model_config = ConfigDict(extra="forbid")
     instruction: str = Field(min_length=1)
     response: str
-    rubric: RubricIn | str = RubricField
+    rubric: RubricIn | PresetName = RubricField
     reference_answer: str | None = None
     scale: list[int] | None = Field(None, min_length=2, max_length=2,
                                     description="[lo, hi] integer score range, default [1, 5]")
@@ -92,7 +93,7 @@ class CompareRequest(SamplingIn):
     instruction: str = Field(min_length=1)
     response_a: str
     response_b: str
-    rubric: RubricIn | str = RubricField
+    rubric: RubricIn | PresetName = RubricField
     reference_answer: str | None = None
     both_orders: bool = Field(False, description="also grade B-vs-A; a win counts only if both agree")
 
@@ -121,11 +122,14 @@ def resolve_rubric(rubric: RubricIn | str, loc: list) -> Rubric:
 
 
 def validate_limits(req: GradeRequest | CompareRequest, cfg, loc: list | None = None) -> None:
-    """Config-dependent limits: n <= max_n, text fields <= max_input_chars."""
+    """Config-dependent limits: n <= max_n, max_tokens <= limit, text fields <= max_input_chars."""
     loc = loc or []
     if req.n is not None and req.n > cfg.sampling.max_n:
         raise FieldError(loc + ["n"], f"n={req.n} exceeds this server's max_n={cfg.sampling.max_n}",
                          "less_than_equal")
+    if req.max_tokens is not None and req.max_tokens > cfg.sampling.max_tokens_limit:
+        raise FieldError(loc + ["max_tokens"], f"max_tokens={req.max_tokens} exceeds this server's "
+                         f"limit of {cfg.sampling.max_tokens_limit}", "less_than_equal")
     for name in ("instruction", "response", "response_a", "response_b", "reference_answer"):
         value = getattr(req, name, None)
         if isinstance(value, str) and len(value) > cfg.server.max_input_chars:
@@ -169,6 +173,26 @@ class CompareResponse(BaseModel):
     model: str
     adapter: str | None = None
     latency_s: float
+
+
+def apply_limits_to_openapi(spec: dict, cfg) -> dict:
+    """Write the config's limits into the spec (maximum n / max_tokens, maxLength of texts)."""
+    limits = {"n": ("maximum", cfg.sampling.max_n), "max_tokens": ("maximum", cfg.sampling.max_tokens_limit)}
+    for name in ("instruction", "response", "response_a", "response_b", "reference_answer"):
+        limits[name] = ("maxLength", cfg.server.max_input_chars)
+    for model in ("GradeRequest", "CompareRequest"):
+        props = spec.get("components", {}).get("schemas", {}).get(model, {}).get("properties", {})
+        for field, (key, value) in limits.items():
+            if field not in props:
+                continue
+            for sub in props[field].get("anyOf", [props[field]]):
+                if sub.get("type") in ("integer", "string"):
+                    sub[key] = value
+    for model in ("GradeBatchRequest", "CompareBatchRequest"):
+        items = spec.get("components", {}).get("schemas", {}).get(model, {}).get("properties", {}).get("items")
+        if items:
+            items["maxItems"] = cfg.server.max_batch
+    return spec
 
 
 def rubric_name(rubric: Any) -> str:

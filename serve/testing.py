@@ -1,0 +1,129 @@
+"""Test doubles and process helpers for the grading API (used by tests, bench and the demo).
+
+- `ScriptedEngine`: a `JudgeEngine` that answers from a script of texts, with
+  an optional delay, cancellation counter and a `dead` switch: for testing HTTP
+  logic (auth, limits, 429/504/503) without a model.
+- `ServerProcess`: `judgeforge serve` in a subprocess on a free port, waited
+  for via /health and stopped with SIGTERM (the real CLI, as deployed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from judgeforge.serve.engines import JudgeEngine, PromptTooLong, Sample, SampleRequest, UnknownAdapter
+
+
+from judgeforge.serve.engines import (JudgeEngine, PromptTooLong, Sample, SampleRequest,
+                                      UnknownAdapter)
+
+class ScriptedEngine(JudgeEngine):
+    """Answers from a script of texts (cycled); 1 token = 4 characters of the prompt."""
+
+    kind = "fake"
+
+    def __init__(self, texts=("Good. [RESULT] 4",), delay: float = 0.0, max_model_len: int = 4096,
+                 adapters=("ad1",)):
+        self.texts = itertools.cycle(texts)
+        self.delay = delay
+        self.max_model_len = max_model_len
+        self.model_name = "fake-judge"
+        self._adapters = list(adapters)
+        self.calls: list[SampleRequest] = []
+        self.cancelled = 0
+        self.dead = False
+
+    def adapters(self):
+        return self._adapters
+
+    @property
+    def alive(self):
+        return not self.dead
+
+    def count_tokens(self, messages):
+        return sum(len(m["content"]) for m in messages) // 4
+
+    def check_request(self, req):
+        if req.adapter is not None and req.adapter not in self._adapters:
+            raise UnknownAdapter(req.adapter, self._adapters)
+        n = self.count_tokens(req.messages)
+        if n + req.max_tokens > self.max_model_len:
+            raise PromptTooLong(n, req.max_tokens, self.max_model_len)
+
+    def _samples(self, req):
+        self.calls.append(req)
+        return [Sample(text=next(self.texts), finish_reason="stop",
+                       score_logprobs={3: -1.2, 4: -0.4}) for _ in range(req.n)]
+
+    def generate(self, requests):
+        for r in requests:
+            self.check_request(r)
+        return [self._samples(r) for r in requests]
+
+    async def agenerate(self, req):
+        self.check_request(req)
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return self._samples(req)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`judgeforge serve` in a subprocess (the real CLI), stopped with SIGTERM."""
+
+    def __init__(self, config: Path, overrides: list[str], env: dict | None = None, log: Path | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        cmd = [sys.executable, "-m", "judgeforge.cli", "serve", "--config", str(config),
+               "--port", str(self.port), *overrides]
+        self.out = open(log, "w") if log else subprocess.DEVNULL
+        self.proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=self.out,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_ready(self, timeout: float = 400) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.tail()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        raise TimeoutError(f"server not ready in {timeout}s: {self.tail()}")
+
+    def tail(self) -> str:
+        return self.log.read_text()[-3000:] if self.log and self.log.exists() else ""
+
+    def stop(self, timeout: float = 60) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # our own session only
+                self.proc.wait(10)
+        if self.out is not subprocess.DEVNULL:
+            self.out.close()
+        return self.proc.returncode
