@@ -78,9 +78,7 @@ def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
         print(f"judgeforge train: {out} already finished", file=sys.stderr)
         return adapter_dir
     _setup_tracking(cfg, out)
-    mix, train_ds, eval_ds = _datasets(cfg)
-    args = sft_args(cfg, out / "checkpoints", has_eval=len(eval_ds) > 0)  # before the model: ZeRO-3 init
-    trainer, sample_log, dropped = build_trainer(cfg, args, train_ds, eval_ds, out, callbacks)
+    trainer, mix, sample_log, dropped = make_trainer(cfg, callbacks)
     resume = _resume_point(cfg, out / "checkpoints", sample_log)
     if trainer.is_world_process_zero():
         save_resolved(cfg, out)
@@ -97,6 +95,15 @@ def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
 
         write_curves(trainer.state.log_history, out)
     return adapter_dir
+
+
+def make_trainer(cfg: TrainConfig, callbacks: Sequence = ()):
+    """(trainer, data mix, sample log, dropped overlong ids) for `cfg`, ready to train."""
+    mix, train_ds, eval_ds = load_datasets(cfg)
+    out = Path(cfg.out)
+    args = sft_args(cfg, out / "checkpoints", has_eval=len(eval_ds) > 0)  # before the model: ZeRO-3 init
+    trainer, sample_log, dropped = build_trainer(cfg, args, train_ds, eval_ds, out, callbacks)
+    return trainer, mix, sample_log, dropped
 
 
 def _check_run_dir(cfg: TrainConfig, out: Path) -> bool:
@@ -122,7 +129,8 @@ def _setup_tracking(cfg: TrainConfig, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _datasets(cfg: TrainConfig):
+def load_datasets(cfg: TrainConfig):
+    """(mix, train, eval): the replay mix as prompt-completion datasets."""
     from datasets import Dataset
 
     from judgeforge.train.data import load_build, mix_builds, to_prompt_completion
@@ -196,8 +204,11 @@ def adapter_path(path: str) -> Path:
 def _peft_model(cfg: TrainConfig, model, args):
     """A new LoRA adapter on `model`, or the adapter it continues from, loaded trainable."""
     from peft import PeftModel, get_peft_model
+    from transformers import set_seed
 
     from judgeforge.train.lora import lora_config
+
+    set_seed(cfg.seed)  # the adapter's random init is part of the run
 
     wanted = lora_config(cfg, model)
     # Under ZeRO-3 the adapter must keep the base dtype (as TRL does; trl#6089).

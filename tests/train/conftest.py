@@ -44,6 +44,35 @@ def save_tiny_mixtral(out: Path, tokenizer_dir: Path, seed: int = 0) -> Path:
     return out
 
 
+def short_build(src: Path, out: Path, n_train: int, n_test: int = 2) -> Path:
+    """A build dir holding the `n_train` shortest judgments of `src` (tiny-model tests stay fast)."""
+    import shutil
+
+    from judgeforge.io import read_jsonl, write_jsonl
+
+    def shortest(name: str, n: int) -> list[dict]:
+        recs = read_jsonl(src / name)
+        return sorted(recs, key=lambda r: sum(len(m["content"]) for m in r["messages"]))[:n]
+
+    out.mkdir(parents=True)
+    shutil.copy(src / "manifest.json", out / "manifest.json")
+    write_jsonl(out / "train.jsonl", shortest("train.jsonl", n_train))
+    write_jsonl(out / "test.jsonl", shortest("test.jsonl", n_test))
+    return out
+
+
+def tiny_config(model: Path, data: Path, out: Path, *overrides: str):
+    """A TrainConfig for tiny-model runs: fp32 on CPU, paper targets, no wandb."""
+    from judgeforge.config import load_config
+    from judgeforge.train.config import TrainConfig
+
+    return load_config(TrainConfig, None, [
+        f"model.name={model}", f"out={out}", f"data.sources=[{{path: {data}}}]", "data.max_length=1024",
+        "data.eval_limit=0", "precision=fp32", "optim.batch_size=2", "optim.lr=2e-3", "lora.r=8",
+        "lora.alpha=16", "lora.dropout=0.1", "lora.target_modules=[q_proj,k_proj,v_proj,o_proj,w1,w2,w3,lm_head]",
+        "optim.gradient_checkpointing=false", "tracking.wandb=false", "checkpoint.every=2", *overrides])
+
+
 @pytest.fixture(scope="session")
 def build_dir(tmp_path_factory) -> Path:
     return build_default_data(tmp_path_factory.mktemp("build") / "data")
@@ -52,3 +81,17 @@ def build_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_mixtral(tmp_path_factory, default_model_dir) -> Path:
     return save_tiny_mixtral(tmp_path_factory.mktemp("models") / "tiny-mixtral", default_model_dir)
+
+
+@pytest.fixture(scope="session")
+def short_data(build_dir, tmp_path_factory) -> Path:
+    return short_build(build_dir, tmp_path_factory.mktemp("short") / "data", 12)
+
+
+@pytest.fixture(scope="session")
+def helpers():
+    """The helper functions above (test modules cannot import conftest under importlib mode)."""
+    import types
+
+    return types.SimpleNamespace(short_build=short_build, tiny_config=tiny_config,
+                                 save_tiny_mixtral=save_tiny_mixtral)
