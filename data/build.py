@@ -23,10 +23,12 @@ from judgeforge.data.config import BuildConfig, EvalSetConfig, SourceConfig
 from judgeforge.data.decontam import NgramIndex
 from judgeforge.data.parsers import PARSERS, make_context, prometheus_texts
 from judgeforge.data.readers import open_source
+from judgeforge.data.ingest import Pool, default_workers, process, read_span
+from judgeforge.data.records import ItemCache, sft_line
 from judgeforge.data.schema import Judgment
 from judgeforge.data.split import apply_policy, choose_test_models, split_records
 from judgeforge.data.templates import TEMPLATE_VERSION
-from judgeforge.data.validate import DUPLICATE, REASONS, UNREADABLE_LINE, Reject
+from judgeforge.data.validate import DUPLICATE, REASONS, Reject
 from judgeforge.io import atomic_dir, atomic_write_json, dumps_record, sha256_file, sha256_text
 
 BUCKETS = ("train", "test", "dropped_by_policy", "dropped_by_split", "decontaminated")
@@ -34,10 +36,12 @@ BUCKETS = ("train", "test", "dropped_by_policy", "dropped_by_split", "decontamin
 
 @dataclass(slots=True)
 class Kept:
-    """A valid judgment, its output line, and where it came from (for stable ordering)."""
+    """A valid judgment, its item's shared encodings, its content hash and its input position."""
 
     j: Judgment
-    sft: dict
+    cache: ItemCache | None
+    """None when a worker process parsed it (re-created when writing)."""
+    chash: str
     order: tuple
 
 
@@ -69,6 +73,14 @@ def sha256_path(path: Path | None) -> str | None:
 
 def read_sources(cfg: BuildConfig) -> tuple[list[Kept], list[dict], dict[str, SourceCounts], list[dict]]:
     """Parse and validate every source: (kept, rejects, counts per source, input descriptions)."""
+    pool = Pool(cfg.workers or default_workers())
+    try:
+        return _read_sources(cfg, pool)
+    finally:
+        pool.close()
+
+
+def _read_sources(cfg: BuildConfig, pool: Pool):
     from tqdm import tqdm
 
     kept: list[Kept] = []
@@ -85,35 +97,28 @@ def read_sources(cfg: BuildConfig) -> tuple[list[Kept], list[dict], dict[str, So
                            src.rubric_preset)
         parse = PARSERS[src.format]
         records, local = open_source(src.path, src.hf_split, src.hf_config)
-        inputs.append({"name": name, "format": src.format, "path": src.path,
-                       "sha256": sha256_path(local),
+        inputs.append({"name": name, "format": src.format, "path": src.path, "sha256": sha256_path(local),
                        "scale": [ctx.scale.lo, ctx.scale.hi]})
-
-        def reject(raw, sample_idx: int, e: Reject) -> None:
-            c.rejected += 1
-            c.by_reason[e.reason] += 1
-            rejects.append({"reason": e.reason, "detail": e.detail, "source": name, "line": raw.line,
-                            "sample_idx": sample_idx, "original": raw.text})
-
-        for raw in tqdm(records, desc=f"read {name}", unit=" rec", disable=not cfg.progress, file=sys.stderr,
-                        mininterval=0.5, leave=False):
-            if raw.obj is None:
+        if pool.usable_for(local):
+            stream = pool.jsonl(local, src.format, ctx)
+        else:
+            stream = ((raw, process(raw, parse, ctx)) for raw in records)
+        for raw, entries in tqdm(stream, desc=f"read {name}", unit=" rec", disable=not cfg.progress,
+                                 file=sys.stderr, mininterval=0.5, leave=False):
+            for sample_idx, res, chash, cache in entries:
                 c.read += 1
-                reject(raw, 0, Reject(UNREADABLE_LINE, raw.error or ""))
-                continue
-            for sample_idx, res in parse(raw.obj, ctx):
-                c.read += 1
+                if chash is not None and cfg.dedup and chash in seen:
+                    res = Reject(DUPLICATE, f"same content as {seen[chash]}")
                 if isinstance(res, Reject):
-                    reject(raw, sample_idx, res)
+                    c.rejected += 1
+                    c.by_reason[res.reason] += 1
+                    original = raw.text if raw.span is None else read_span(local, raw.span)
+                    rejects.append({"reason": res.reason, "detail": res.detail, "source": name, "line": raw.line,
+                                    "sample_idx": sample_idx, "original": original})
                     continue
-                sft = res.to_sft()
-                first = seen.get(sft["content_hash"]) if cfg.dedup else None
-                if first is not None:
-                    reject(raw, sample_idx, Reject(DUPLICATE, f"same content as {first}"))
-                    continue
-                seen[sft["content_hash"]] = f"{name} line {raw.line} sample {sample_idx}"
+                seen[chash] = f"{name} line {raw.line} sample {sample_idx}"
                 c.kept += 1
-                kept.append(Kept(res, sft, (si, raw.line, sample_idx)))
+                kept.append(Kept(res, cache, chash, (si, raw.line, sample_idx)))
         inputs[-1]["records_read"] = c.read
     return kept, rejects, counts, inputs
 
@@ -147,7 +152,7 @@ def decontaminate(cfg: BuildConfig, train: list[Kept]) -> tuple[list[Kept], list
     for k in train:
         hit = any(index.contaminated(getattr(k.j, f)) for f in dc.fields)
         if dc.mode == "flag":
-            k.sft["extra"] = {**k.sft["extra"], "contaminated": hit}
+            k.j.extra = {**k.j.extra, "contaminated": hit}
             flagged += hit
             keep.append(k)
         elif hit:
@@ -159,19 +164,32 @@ def decontaminate(cfg: BuildConfig, train: list[Kept]) -> tuple[list[Kept], list
     return keep, removed, info
 
 
-def _arrow_friendly(lines: list[dict]) -> None:
-    """Give every line the same `rubric` and `extra` keys (None where absent), so Arrow infers one
-    schema for datasets.load_dataset("json"). Rubric.from_dict ignores the None entries."""
-    def union(col: str) -> list[str]:
-        keys = {k for d in lines for k in d[col]}
-        scores = sorted((k for k in keys if k.startswith("score") and k.endswith("_description")),
-                        key=lambda k: int(k[5:-12]) if k[5:-12].isdigit() else 0)
-        return [k for k in ("criteria",) if k in keys] + scores + sorted(keys - set(scores) - {"criteria"})
+def _key_union(dicts) -> list[str]:
+    """All keys, rubric-style order: criteria, score1..N descriptions, then the rest sorted."""
+    keys = {k for d in dicts for k in d}
+    scores = sorted((k for k in keys if k.startswith("score") and k.endswith("_description")
+                     and k[5:-12].isdigit()), key=lambda k: int(k[5:-12]))
+    return [k for k in ("criteria",) if k in keys] + scores + sorted(keys - set(scores) - {"criteria"})
 
-    for col in ("rubric", "extra"):
-        keys = union(col)
-        for d in lines:
-            d[col] = {k: d[col].get(k) for k in keys}
+
+def encode_lines(records: list[Kept], rubric_keys: list[str], extra_keys: list[str]) -> list[str]:
+    """Output lines. Every line gets the same `rubric` and `extra` keys (None where absent) so that
+    Arrow infers one schema for datasets.load_dataset("json"); Rubric.from_dict ignores the Nones."""
+    rubrics: dict[int, dict] = {}
+    lines = []
+    cache = None
+    for k in records:
+        if k.cache is not None:
+            cache = k.cache
+        elif cache is None or not cache.matches(k.j):
+            cache = ItemCache(k.j)
+        rubric = rubrics.get(id(k.j.rubric))
+        if rubric is None:
+            d = k.j.rubric.to_dict()
+            rubric = rubrics[id(k.j.rubric)] = {key: d.get(key) for key in rubric_keys}
+        extra = {key: k.j.extra.get(key) for key in extra_keys}
+        lines.append(sft_line(k.j, cache, k.chash, rubric, extra) + "\n")
+    return lines
 
 
 def _models(records: list[Kept]) -> list[str]:
@@ -249,21 +267,24 @@ def _manifest(cfg, inputs, counts: dict[str, SourceCounts], buckets, test_models
         "splits": splits,
         "decontamination": decon_info,
         "sample_policy": cfg.sample_policy,
-        # The output location and progress display do not change the data, so they are left out:
-        # two builds of the same inputs and config are byte-identical wherever they are written.
-        "config": cfg.model_dump(mode="json", exclude={"out", "progress"}),
+        # The output location, progress display and worker count do not change the data, so they are
+        # left out: two builds of the same inputs and config are byte-identical wherever they are written.
+        "config": cfg.model_dump(mode="json", exclude={"out", "progress", "workers"}),
     }
 
 
 def _write(cfg: BuildConfig, out: Path, buckets, rejects: list[dict], manifest: dict) -> None:
-    train = [k.sft for k in buckets["train"]]
-    test = [k.sft for k in buckets["test"]]
-    _arrow_friendly(train + test)
-    dropped = [{"bucket": b, "id": k.sft["id"], "source": k.j.source, "item_id": k.j.item_id,
+    written = buckets["train"] + buckets["test"]
+    rubric_keys = _key_union({id(k.j.rubric): k.j.rubric.to_dict() for k in written}.values())
+    extra_keys = _key_union(k.j.extra for k in written)
+    dropped = [{"bucket": b, "id": k.chash[:16], "source": k.j.source, "item_id": k.j.item_id,
                 "sample_idx": k.j.sample_idx, "response_model": k.j.response_model}
                for b in ("dropped_by_policy", "dropped_by_split", "decontaminated") for k in buckets[b]]
     with atomic_dir(out) as tmp:
-        for name, lines in (("train", train), ("test", test), ("rejects", rejects), ("dropped", dropped)):
+        for name in ("train", "test"):
+            with open(tmp / f"{name}.jsonl", "w", encoding="utf-8") as f:
+                f.writelines(encode_lines(buckets[name], rubric_keys, extra_keys))
+        for name, lines in (("rejects", rejects), ("dropped", dropped)):
             with open(tmp / f"{name}.jsonl", "w", encoding="utf-8") as f:
                 f.writelines(dumps_record(r) + "\n" for r in lines)
         atomic_write_json(tmp / "manifest.json", manifest)

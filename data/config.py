@@ -130,3 +130,6 @@ class BuildConfig(Config):
     """Reject exact duplicates (same content hash) after the first."""
     progress: bool = True
     """Show a progress bar on stderr while reading."""
+    workers: int = 0
+    """Processes that parse large JSONL inputs (>= 8 MiB) in parallel; 0: one per available core,
+    1: in this process. Outputs are byte-identical whatever the number."""

@@ -47,8 +47,7 @@ def make_judgment(ctx: Context, *, instruction: str, response: str, rubric: Rubr
                  scale=ctx.scale, source=ctx.source, sample_idx=sample_idx, **fields)
     if not j.judge_model or j.judge_model == "unknown":
         j.judge_model = ctx.judge_model
-    j.item_id = j.item_hash()[:16]
-    return j
+    return j  # item_id is left to the builder, which hashes each item once (data/records.py)
 
 
 # --- prometheus -------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ class Raw:
     obj: Any = None
     """The parsed object (None when unreadable)."""
     error: str | None = None
+    span: tuple[int, int] | None = None
+    """Byte range of the line in its file, when `text` was not carried back from a worker."""
 
 
 def resolve_path(path: str) -> Path | None:
@@ -52,17 +54,24 @@ def _as_record(obj: Any) -> tuple[Any, str | None]:
     return (obj, None) if isinstance(obj, dict) else (None, f"not a JSON object ({type(obj).__name__})")
 
 
+def line_raw(n: int, line: bytes) -> Raw | None:
+    """A JSONL line (split on \\n only, as the parallel reader splits) -> Raw; None for a blank line."""
+    text = line.decode("utf-8", errors="replace").rstrip("\r\n")
+    if not text.strip():
+        return None  # blank lines are not records
+    try:
+        obj, err = _as_record(json.loads(text))
+    except ValueError as e:
+        obj, err = None, f"bad JSON: {e}"
+    return Raw(n, text, obj, err)
+
+
 def iter_jsonl(path: Path) -> Iterator[Raw]:
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, "rb") as f:
         for n, line in enumerate(f, 1):
-            text = line.rstrip("\r\n")
-            if not text.strip():
-                continue  # blank lines are not records
-            try:
-                obj, err = _as_record(json.loads(text))
-            except ValueError as e:
-                obj, err = None, f"bad JSON: {e}"
-            yield Raw(n, text, obj, err)
+            raw = line_raw(n, line)
+            if raw is not None:
+                yield raw
 
 
 def iter_json(path: Path) -> Iterator[Raw]:

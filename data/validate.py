@@ -35,22 +35,24 @@ _NUM = r"(-?\d+(?:\.\d+)?)"
 # The judge's own verdict markers: Prometheus `[RESULT] 4` (also `[RESULT] Score: 4`), FastChat `[[4]]`.
 _RESULT_RE = re.compile(r"\[RESULT\]\s*(?:\(?\s*(?:score|rating)\s*[:=]?\s*)?" + _NUM, re.I)
 _BRACKET_RE = re.compile(r"\[\[\s*" + _NUM + r"\s*\]\]")
-# Explicit verdict statements in prose. Deliberately narrow: GPT-4 feedback often cites rubric
-# levels ("falls short of a score of 5", "Score 2 describes ..."), which are not verdicts.
-_STATED_RES = (
-    re.compile(r"\b(?:overall|final|total)\s+(?:score|rating)\s*(?:is|would be|should be|of|:|=)\s*"
-               r"(?:a\s+|an\s+)?" + _NUM, re.I),
-    re.compile(r"\b(?:score|rating|rated|scored|grade)\s*(?:is|of|:|=)?\s*" + _NUM
-               + r"\s*(?:/|out of)\s*\d+", re.I),
-    re.compile(r"\b(?:I|we)\s+(?:would\s+)?(?:give|assign|award|rate)\s+(?:it|this|the response|the answer)?"
-               r"\s*(?:a\s+)?(?:score\s+of\s+|rating\s+of\s+)?" + _NUM + r"\b", re.I),
-    # A closing "Score: 4" / "###Score: 4" / "Rating: 4" line at the very end.
-    re.compile(r"(?:^|[\s.#])(?:score|rating)\s*:\s*" + _NUM + r"\s*\.?\s*$", re.I),
-)
+# Explicit verdict statements in prose, matched on the lowercased text. Deliberately narrow: GPT-4
+# feedback often cites rubric levels ("falls short of a score of 5", "Score 2 describes ..."), which
+# are not verdicts. Each pattern starts with a literal so the scan stays fast (hot path).
+_OVERALL_RE = re.compile(r"(?:overall|final|total)\s+(?:score|rating)\s*(?:is|would be|should be|of|:|=)\s*"
+                         r"(?:a\s+|an\s+)?" + _NUM)
+_OUT_OF_RE = re.compile(r"(?:score|rating|rated|grade)\s*(?:is|of|:|=)?\s*" + _NUM + r"\s*(?:/|out of)\s*\d+")
+# "I (would) give it a 4": matched from the verb; the subject is checked just before it.
+_GIVE_RE = re.compile(r"(?:give|assign|award|rate)\s+(?:it|this|the response|the answer)?"
+                      r"\s*(?:a\s+)?(?:score\s+of\s+|rating\s+of\s+)?" + _NUM + r"\b")
+_SUBJECTS = ("i ", "we ", "i would ", "we would ")
+# A closing "Score: 4" / "###Score: 4" / "Rating: 4" at the very end (matched on the tail only).
+_CLOSING_SCORE_RE = re.compile(r"(?:^|(?<=[.!?\n#\s]))(?:###\s*)?(?:score|rating)\s*:\s*" + _NUM
+                               + r"\s*\.?\s*$", re.I)
 _FEEDBACK_LABEL_RE = re.compile(r"^\s*(?:###\s*)?feedback\s*:\s*", re.I)
-_TRAILING_RESULT_RE = re.compile(r"\s*\[RESULT\][^\[]*$")
 _TRAILING_RATING_RE = re.compile(r"\s*\"?(?:Rating:\s*)?\[\[\s*-?\d+(?:\.\d+)?\s*\]\]\"?\s*\.?\s*$")
-_TRAILING_SCORE_RE = re.compile(r"(?:^|(?<=[.!?\n]))\s*(?:###\s*)?(?:score|rating)\s*:\s*-?\d+(?:\.\d+)?\s*\.?\s*$", re.I)
+_TRAILING_SCORE_RE = re.compile(r"(?:^|(?<=[.!?\n]))\s*(?:###\s*)?(?:score|rating)\s*:\s*-?\d+(?:\.\d+)?\s*\.?\s*$",
+                                re.I)
+_TAIL = 120  # end-anchored patterns only look at the last characters
 
 
 def coerce_score(value, lo: int, hi: int) -> int:
@@ -81,11 +83,24 @@ def coerce_score(value, lo: int, hi: int) -> int:
 
 def stated_scores(text: str) -> list[float]:
     """Distinct scores the feedback text itself states as a verdict (empty when it states none)."""
-    found = [float(m) for m in _RESULT_RE.findall(text)]
-    found += [float(m) for m in _BRACKET_RE.findall(text)]
-    for rx in _STATED_RES:
-        found += [float(m) for m in rx.findall(text)]
-    return sorted(set(found))
+    found: list[str] = []
+    lower = text.lower()
+    if "[result]" in lower:
+        found += _RESULT_RE.findall(text)
+    if "[[" in text:
+        found += _BRACKET_RE.findall(text)
+    # Each pattern runs only when its words occur: most feedback never pays for the scan.
+    has_score = "score" in lower or "rating" in lower
+    if has_score and ("overall" in lower or "final" in lower or "total" in lower):
+        found += _OVERALL_RE.findall(lower)
+    if ("/" in lower or "out of" in lower) and (has_score or "rate" in lower or "grade" in lower):
+        found += _OUT_OF_RE.findall(lower)
+    if "give" in lower or "assign" in lower or "award" in lower or "rate " in lower:
+        found += [m.group(1) for m in _GIVE_RE.finditer(lower)
+                  if lower[max(0, m.start() - 9):m.start()].endswith(_SUBJECTS)]
+    if has_score:
+        found += _CLOSING_SCORE_RE.findall(text[-_TAIL:])
+    return sorted({float(m) for m in found})
 
 
 def check_feedback_score(feedback: str, score: int) -> None:
@@ -95,13 +110,24 @@ def check_feedback_score(feedback: str, score: int) -> None:
             raise Reject(SCORE_FEEDBACK_MISMATCH, f"feedback states {stated:g}, score is {score}")
 
 
+def _strip_tail(text: str, rx: re.Pattern) -> str:
+    cut = max(0, len(text) - _TAIL)
+    return text[:cut] + rx.sub("", text[cut:])
+
+
 def clean_feedback(text: str) -> str:
     """Strip a leading `Feedback:` label and a trailing verdict (`[RESULT] n`, `Rating: [[n]]`, `Score: n`):
     the SFT target appends its own `[RESULT] n`. Call after `check_feedback_score`."""
-    text = _FEEDBACK_LABEL_RE.sub("", text, count=1)
-    text = _TRAILING_RESULT_RE.sub("", text)
-    text = _TRAILING_RATING_RE.sub("", text)
-    text = _TRAILING_SCORE_RE.sub("", text)
+    if text[:40].lstrip().lstrip("#").lstrip().lower().startswith("feedback"):
+        text = _FEEDBACK_LABEL_RE.sub("", text, count=1)
+    i = text.rfind("[RESULT]")
+    if i >= 0 and "[" not in text[i + 1:]:
+        text = text[:i]
+    text = text.rstrip()
+    if "]]" in text[-_TAIL:]:
+        text = _strip_tail(text, _TRAILING_RATING_RE)
+    if ":" in text[-_TAIL:]:
+        text = _strip_tail(text, _TRAILING_SCORE_RE)
     return text.strip()
 
 

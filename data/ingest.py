@@ -1,0 +1,126 @@
+"""Parse + validate + hash raw records, in this process or in worker processes.
+
+`process(raw, parse, ctx)` is the per-record hot path. Large JSONL inputs are
+cut into byte ranges that worker processes read and process themselves (no raw
+text crosses a pipe); results come back in input order, so a parallel build is
+byte-identical to a serial one. Deduplication and every later decision stay in
+the parent.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Iterator
+
+from judgeforge.data.parsers import PARSERS, Context
+from judgeforge.data.readers import Raw, line_raw
+from judgeforge.data.records import ItemCache, content_hash
+from judgeforge.data.schema import Judgment
+from judgeforge.data.validate import UNREADABLE_LINE, Reject
+
+# (sample_idx, judgment or reject, content hash or None, item cache or None)
+Entry = tuple[int, "Judgment | Reject", "str | None", "ItemCache | None"]
+CHUNK_BYTES = 4 << 20
+MIN_PARALLEL_BYTES = 8 << 20
+
+
+def process(raw: Raw, parse, ctx: Context, keep_cache: bool = True) -> list[Entry]:
+    """One raw record -> one entry per judgment it holds (rejects included)."""
+    if raw.obj is None:
+        return [(0, Reject(UNREADABLE_LINE, raw.error or ""), None, None)]
+    out: list[Entry] = []
+    cache = None
+    for sample_idx, res in parse(raw.obj, ctx):
+        if isinstance(res, Reject):
+            out.append((sample_idx, res, None, None))
+            continue
+        if cache is None or not cache.matches(res):
+            cache = ItemCache(res)
+        if not res.item_id:
+            res.item_id = cache.item_hash[:16]
+        out.append((sample_idx, res, content_hash(res, cache), cache if keep_cache else None))
+    return out
+
+
+def _chunk_job(job: tuple[str, int, int, str, Context]) -> tuple[int, list]:
+    """Worker: one byte range of a JSONL file -> (lines in range, [(local line, text or byte span, entries)]).
+
+    The original text travels back only for lines with a reject; kept lines send their byte span, so
+    the parent can still quote a line it later rejects as a duplicate."""
+    path, start, end, fmt, ctx = job
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    parse = PARSERS[fmt]
+    results = []
+    pos = start
+    lines = data.split(b"\n")
+    for n, line in enumerate(lines, 1):
+        span = (pos, pos + len(line))
+        pos += len(line) + 1
+        raw = line_raw(n, line)
+        if raw is None:
+            continue
+        # Encodings are cheaper to redo than to pickle; the parent re-creates caches when writing.
+        entries = process(raw, parse, ctx, keep_cache=False)
+        rejected = any(isinstance(e[1], Reject) for e in entries)
+        results.append((n, raw.text if rejected else span, entries))
+    return len(lines) - (1 if data.endswith(b"\n") or not data else 0), results
+
+
+def read_span(path: Path, span: tuple[int, int]) -> str:
+    with open(path, "rb") as f:
+        f.seek(span[0])
+        return f.read(span[1] - span[0]).decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def plan_chunks(path: Path, chunk_bytes: int | None = None) -> list[tuple[int, int]]:
+    """Byte ranges that start at line starts and cover the file."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    size = path.stat().st_size
+    bounds = [0]
+    with open(path, "rb") as f:
+        while bounds[-1] < size:
+            f.seek(min(size, bounds[-1] + chunk_bytes))
+            f.readline()
+            bounds.append(min(size, f.tell()))
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def default_workers() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+class Pool:
+    """A lazily started process pool (fork where available: workers inherit the imported modules)."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self._pool: ProcessPoolExecutor | None = None
+
+    def usable_for(self, path: Path | None) -> bool:
+        return (self.workers > 1 and path is not None and path.is_file()
+                and path.suffix.lower() not in (".json", ".parquet")
+                and path.stat().st_size >= MIN_PARALLEL_BYTES)
+
+    def jsonl(self, path: Path, fmt: str, ctx: Context) -> Iterator[tuple[Raw, list[Entry]]]:
+        """(raw with global line number, entries) in file order."""
+        if self._pool is None:
+            methods = multiprocessing.get_all_start_methods()
+            mp = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp)
+        jobs = [(str(path), a, b, fmt, ctx) for a, b in plan_chunks(path)]
+        offset = 0
+        for n_lines, results in self._pool.map(_chunk_job, jobs):
+            for line, text, entries in results:
+                raw = Raw(offset + line, text) if isinstance(text, str) else Raw(offset + line, "", span=text)
+                yield raw, entries
+            offset += n_lines
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None

@@ -1,0 +1,104 @@
+"""Fast, byte-exact encoding of `Judgment.to_sft()` lines (the builder's hot path).
+
+`Judgment.to_sft()` + `dumps_record` is the reference. It JSON-encodes the big
+texts (instruction, response, prompt) four times per judgment (content hash,
+item hash, output line) and renders the prompt once per sample, although the 3
+GPT-4 samples of a Prometheus line share them. Here each item's texts are
+encoded once and shared by its samples; a JSON string's encoding does not
+depend on separators, so the pieces slot into both the hash payloads
+(`json.dumps` default separators) and the compact output line.
+tests/data/test_records.py checks every line against the reference, byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from judgeforge.data.schema import Judgment
+from judgeforge.data.templates import ABS_SYSTEM_PROMPT, TEMPLATE_VERSION, absolute_prompt, assistant_target
+
+
+_encode_str = json.encoder.encode_basestring  # what json.dumps(str, ensure_ascii=False) calls, in C
+_enc_default = json.JSONEncoder(ensure_ascii=False).encode
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _enc(value) -> str:
+    """== json.dumps(value, ensure_ascii=False), without building an encoder per call."""
+    if value is None:
+        return "null"
+    return _encode_str(value) if type(value) is str else _enc_default(value)
+
+
+_SYSTEM_MSG = '[{"role":"system","content":' + _enc(ABS_SYSTEM_PROMPT) + '},{"role":"user","content":'
+_TEMPLATE_VERSION = _enc(TEMPLATE_VERSION)
+
+
+class ItemCache:
+    """Encodings shared by every sample of one graded item."""
+
+    __slots__ = ("key", "instruction", "response", "reference", "system_prompt", "_prompt", "hash_prefix",
+                 "item_hash")
+
+    def __init__(self, j: Judgment):
+        self.key = (j.instruction, j.response, j.reference_answer, j.system_prompt, j.rubric, j.scale)
+        self.instruction = _enc(j.instruction)
+        self.response = _enc(j.response)
+        self.reference = _enc(j.reference_answer)
+        self.system_prompt = _enc(j.system_prompt)
+        self._prompt: str | None = None  # rendered on first write: rejected/dropped items never need it
+        rubric = _enc(j.rubric.to_dict())
+        # Judgment.content_hash / item_hash payloads: json.dumps([...]) with default separators.
+        head = f"[{self.instruction}, {self.response}, {self.reference}"
+        self.hash_prefix = hashlib.sha256(
+            f"{head}, {self.system_prompt}, {rubric}, [{j.scale.lo}, {j.scale.hi}], ".encode("utf-8"))
+        self.item_hash = hashlib.sha256(f"{head}, {rubric}]".encode("utf-8")).hexdigest()
+
+    @property
+    def prompt(self) -> str:
+        if self._prompt is None:
+            instruction, response, reference, _, rubric, scale = self.key
+            self._prompt = _enc(absolute_prompt(instruction, response, rubric, reference, scale))
+        return self._prompt
+
+    def matches(self, j: Judgment) -> bool:
+        """Same item? Identity first: samples of one parsed line share their string objects."""
+        k = self.key
+        return all(a is b or a == b for a, b in zip(k, (j.instruction, j.response, j.reference_answer,
+                                                        j.system_prompt, j.rubric, j.scale)))
+
+
+def content_hash(j: Judgment, cache: ItemCache) -> str:
+    """== j.content_hash(), reusing the item's encoded prefix."""
+    h = cache.hash_prefix.copy()
+    h.update(f"{_enc(j.feedback)}, {j.score}]".encode("utf-8"))
+    return h.hexdigest()
+
+
+def sft_line(j: Judgment, cache: ItemCache, chash: str, rubric: dict, extra: dict) -> str:
+    """== dumps_record(to_sft()) with `rubric` and `extra` replaced (key-normalised for Arrow)."""
+    item_id = j.item_id or cache.item_hash[:16]
+    return "".join((
+        '{"id":', _enc(chash[:16]),
+        ',"messages":', _SYSTEM_MSG, cache.prompt,
+        '},{"role":"assistant","content":', _enc(assistant_target(j.feedback, j.score)), "}]",
+        ',"item_id":', _enc(item_id),
+        ',"sample_idx":', str(j.sample_idx),
+        ',"instruction":', cache.instruction,
+        ',"system_prompt":', cache.system_prompt,
+        ',"response":', cache.response,
+        ',"reference_answer":', cache.reference,
+        ',"rubric":', _compact(rubric),
+        ',"scale":[', str(j.scale.lo), ",", str(j.scale.hi), "]",
+        ',"feedback":', _enc(j.feedback),
+        ',"score":', str(j.score),
+        ',"response_model":', _enc(j.response_model),
+        ',"judge_model":', _enc(j.judge_model),
+        ',"source":', _enc(j.source),
+        ',"category":', _enc(j.category),
+        ',"content_hash":', _enc(chash),
+        ',"template_version":', _TEMPLATE_VERSION,
+        ',"extra":', _compact(extra),
+        "}",
+    ))

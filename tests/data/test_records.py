@@ -1,0 +1,63 @@
+"""The fast line encoder (data/records.py) is byte-identical to Judgment.to_sft() + dumps_record."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from judgeforge.data.schema import Judgment
+from judgeforge.io import dumps_record
+
+from .conftest import build
+
+
+def reference_line(line: str) -> str:
+    """Re-encode a written line through the canonical path: from_sft -> to_sft -> dumps_record."""
+    rec = json.loads(line)
+    j = Judgment.from_sft(rec)
+    ref = j.to_sft()
+    ref["rubric"] = {k: ref["rubric"].get(k) for k in rec["rubric"]}  # the builder's Arrow key normalisation
+    assert ref["extra"] == rec["extra"]
+    return dumps_record(ref)
+
+
+def check_build(out) -> int:
+    n = 0
+    for name in ("train.jsonl", "test.jsonl"):
+        for line in (out / name).read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            assert line == reference_line(line)
+            j = Judgment.from_sft(rec)
+            assert rec["item_id"] == j.item_hash()[:16]
+            n += 1
+    return n
+
+
+def test_default_build_lines_are_canonical(default_build):
+    out, m = default_build
+    assert check_build(out) == m["counts"]["train"] + m["counts"]["test"]
+
+
+def test_fastchat_build_lines_are_canonical(fastchat_build):
+    out, m = fastchat_build
+    assert check_build(out) == m["counts"]["train"] + m["counts"]["test"]
+
+
+@pytest.mark.parametrize("policy", ["all", "majority"])
+def test_mixed_sources_lines_are_canonical(tmp_path, policy):
+    """Mixed sources: union-filled rubric/extra keys, flags, non-ASCII text, null fields."""
+    rows = [{"q": "Wie heißt die Hauptstadt? \u2603 \"quoted\" \\ back", "a": "Berlin \U0001f600\n\ttab",
+             "s": 3, "f": "Gut.", "m": "x"}]
+    (tmp_path / "g.jsonl").write_text("".join(json.dumps(r, ensure_ascii=True) + "\n" for r in rows))
+    m = build("configs/data/default.yaml", tmp_path / "o", f"sample_policy={policy}", "decontamination.mode=flag",
+              sources=[{"path": "data/vendor/prometheus-eval/mt_bench_eval.json", "format": "prometheus"},
+                       {"path": "data/vendor/fastchat-mt-bench/gpt-4_single.jsonl", "format": "fastchat"},
+                       {"path": str(tmp_path / "g.jsonl"), "format": "jsonl", "rubric_preset": "honesty",
+                        "columns": {"instruction": "q", "response": "a", "score": "s", "feedback": "f",
+                                    "response_model": "m"}}])
+    assert check_build(tmp_path / "o") == m["counts"]["train"] + m["counts"]["test"] > 1000
+    import datasets
+
+    ds = datasets.load_dataset("json", data_files=str(tmp_path / "o" / "train.jsonl"), split="train")
+    assert set(ds.features["extra"]) == {"idx", "question_id", "turn", "judge_prompt", "contaminated"}
