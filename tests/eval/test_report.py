@@ -60,6 +60,9 @@ def fake_engine(monkeypatch):
 
     monkeypatch.setattr(E, "build_engine", lambda cfg: FakeEngine(cfg))
     monkeypatch.setattr(R, "_length_tokenizer", lambda cfg: _WordTok())
+    monkeypatch.setattr(R, "forced_score_logprobs", lambda model, units: [
+        {"1": -3.0, "2": -2.0, "3": -1.0, "4": -1.5, "5": -0.5 - (len(u.item_id) % 3)}
+        if u.mode == "absolute" else None for u in units])
 
 
 class _WordTok:
@@ -100,7 +103,8 @@ def test_run_writes_report_from_metrics(tmp_path, vendor, fake_engine):
     assert not missing, missing
     # Real content: parse failures counted, sets and skipped sets named, N variants present.
     vic = metrics["results"]["base"]["vicuna"]
-    assert set(vic) == {"n1", "n3", "logprob"}
+    assert set(vic) == {"n1", "n3", "logprob", "forced"}
+    assert vic["forced"]["parse_failures"] == 0
     assert vic["n1"]["n"] == 24 and vic["n1"]["parse_failures"] > 0
     assert metrics["reference"]["vicuna"]["ceiling"]["k"] == 3
     assert metrics["skipped"][0]["name"] == "flask" and "skipped `flask`" in report
