@@ -182,7 +182,7 @@ def encode_lines(records: list[Kept], rubric_keys: list[str], extra_keys: list[s
         if k.cache is not None:
             cache = k.cache
         elif cache is None or not cache.matches(k.j):
-            cache = ItemCache(k.j)
+            cache = ItemCache(k.j, hashes=False)
         rubric = rubrics.get(id(k.j.rubric))
         if rubric is None:
             d = k.j.rubric.to_dict()

@@ -41,13 +41,16 @@ class ItemCache:
     __slots__ = ("key", "instruction", "response", "reference", "system_prompt", "_prompt", "hash_prefix",
                  "item_hash")
 
-    def __init__(self, j: Judgment):
+    def __init__(self, j: Judgment, hashes: bool = True):
         self.key = (j.instruction, j.response, j.reference_answer, j.system_prompt, j.rubric, j.scale)
         self.instruction = _enc(j.instruction)
         self.response = _enc(j.response)
         self.reference = _enc(j.reference_answer)
         self.system_prompt = _enc(j.system_prompt)
         self._prompt: str | None = None  # rendered on first write: rejected/dropped items never need it
+        self.hash_prefix = self.item_hash = None
+        if not hashes:  # a cache re-created for writing: the hashes are known already
+            return
         rubric = _enc(j.rubric.to_dict())
         # Judgment.content_hash / item_hash payloads: json.dumps([...]) with default separators.
         head = f"[{self.instruction}, {self.response}, {self.reference}"
@@ -69,6 +72,19 @@ class ItemCache:
                                                         j.system_prompt, j.rubric, j.scale)))
 
 
+_names: dict[str | None, str] = {}
+
+
+def _name(value: str | None) -> str:
+    """Encoding of a short repeated value (model, judge, source, category), memoised."""
+    enc = _names.get(value)
+    if enc is None:
+        if len(_names) > 100_000:  # bounded: free-text categories must not grow it forever
+            _names.clear()
+        enc = _names[value] = _enc(value)
+    return enc
+
+
 def content_hash(j: Judgment, cache: ItemCache) -> str:
     """== j.content_hash(), reusing the item's encoded prefix."""
     h = cache.hash_prefix.copy()
@@ -78,7 +94,7 @@ def content_hash(j: Judgment, cache: ItemCache) -> str:
 
 def sft_line(j: Judgment, cache: ItemCache, chash: str, rubric: dict, extra: dict) -> str:
     """== dumps_record(to_sft()) with `rubric` and `extra` replaced (key-normalised for Arrow)."""
-    item_id = j.item_id or cache.item_hash[:16]
+    item_id = j.item_id or (cache.item_hash or j.item_hash())[:16]
     return "".join((
         '{"id":', _enc(chash[:16]),
         ',"messages":', _SYSTEM_MSG, cache.prompt,
@@ -93,10 +109,10 @@ def sft_line(j: Judgment, cache: ItemCache, chash: str, rubric: dict, extra: dic
         ',"scale":[', str(j.scale.lo), ",", str(j.scale.hi), "]",
         ',"feedback":', _enc(j.feedback),
         ',"score":', str(j.score),
-        ',"response_model":', _enc(j.response_model),
-        ',"judge_model":', _enc(j.judge_model),
-        ',"source":', _enc(j.source),
-        ',"category":', _enc(j.category),
+        ',"response_model":', _name(j.response_model),
+        ',"judge_model":', _name(j.judge_model),
+        ',"source":', _name(j.source),
+        ',"category":', _name(j.category),
         ',"content_hash":', _enc(chash),
         ',"template_version":', _TEMPLATE_VERSION,
         ',"extra":', _compact(extra),
