@@ -91,3 +91,12 @@ def test_prometheus_samples_are_rejected_one_by_one(tmp_path, vendor):
         (1, 1): "score_out_of_scale", (1, 2): "non_integer_score", (2, 0): "unparseable_prompt",
         (2, 1): "unparseable_prompt", (2, 2): "unparseable_prompt", (3, 0): "duplicate",
         (3, 2): "missing_field", (4, 0): "missing_field"}
+
+
+def test_hhh_file_is_not_a_training_source(tmp_path):
+    """HHH-Alignment holds human preferences, no judgments: every record is read and rejected, none lost."""
+    m = build(None, tmp_path / "o", sources=[{"path": "data/vendor/prometheus-eval/hhh_alignment_eval.json",
+                                              "format": "prometheus", "name": "hhh"}])
+    assert m["counts"]["read"] == 221 == m["counts"]["rejected"]
+    assert m["counts"]["by_reason"] == {"missing_field": 221}
+    assert len(read_lines(tmp_path / "o" / "rejects.jsonl")) == 221
