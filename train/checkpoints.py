@@ -16,7 +16,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from judgeforge.io import atomic_write_json, dumps_record
+from judgeforge.io import atomic_write_json, atomic_write_text, dumps_record
 
 MARKER = "judgeforge-complete.json"
 _CKPT = re.compile(r"^checkpoint-(\d+)$")
@@ -97,7 +97,7 @@ class SampleLog(TrainerCallback):
             return
         lines = [ln for ln in self.path.read_text().splitlines() if ln.strip()]
         keep = [ln for ln in lines if json.loads(ln)["step"] <= step]
-        self.path.write_text("".join(ln + "\n" for ln in keep))
+        atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))  # every rank writes the same
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.queue.clear()

@@ -34,11 +34,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = command_parser("judgeforge train", __doc__.split("\n\n")[0])
     parser.add_argument("--num-gpus", type=int, help="processes to launch (>1: accelerate + ZeRO-3)")
     parser.add_argument("--out", help="run directory (overrides `out`)")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     cfg = load_config(TrainConfig, args.config, args.overrides,
                       extra={"num_gpus": args.num_gpus, "out": args.out})
-    if cfg.num_gpus > 1 and "LOCAL_RANK" not in os.environ:
-        return launch_distributed(cfg, args.config, list(argv or sys.argv[1:]))
+    if cfg.num_gpus > 1 and "LOCAL_RANK" not in os.environ:  # not yet inside `accelerate launch`
+        return launch_distributed(cfg, argv)
     print(train(cfg))
     return 0
 
@@ -64,7 +65,7 @@ def launch_command(cfg: TrainConfig, argv: list[str]) -> list[str]:
     return cmd + ["-m", "judgeforge.train.run", *argv]
 
 
-def launch_distributed(cfg: TrainConfig, config: str | None, argv: list[str]) -> int:
+def launch_distributed(cfg: TrainConfig, argv: list[str]) -> int:
     cmd = launch_command(cfg, argv)
     print("launching:", " ".join(cmd), file=sys.stderr)
     return subprocess.run(cmd).returncode
@@ -228,13 +229,16 @@ def _peft_model(cfg: TrainConfig, model, args):
     return peft
 
 
-def build_trainer(cfg: TrainConfig, args, train_ds, eval_ds, out: Path, callbacks: Sequence = ()):
-    """The SFTTrainer, its datasets cut to `max_length`, the sample log and the dropped ids."""
+def build_trainer(cfg: TrainConfig, args, train_ds, eval_ds, out: Path, callbacks: Sequence = (),
+                  loaded: tuple | None = None):
+    """The SFTTrainer, its datasets cut to `max_length`, the sample log and the dropped ids.
+
+    `loaded`: an already built (model, tokenizer) instead of loading `cfg.model.name`."""
     from judgeforge.train.checkpoints import CompletionMarker, SampleLog
     from judgeforge.train.lora import apply_dropout
     from judgeforge.train.trainer import JudgeSFTTrainer
 
-    model, tok = _load_model(cfg)
+    model, tok = loaded or _load_model(cfg)
     trainer = JudgeSFTTrainer(_peft_model(cfg, model, args), args=args, train_dataset=train_ds,
                               eval_dataset=eval_ds if len(eval_ds) else None, processing_class=tok,
                               callbacks=[CompletionMarker(), *callbacks])

