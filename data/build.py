@@ -21,9 +21,9 @@ from pathlib import Path
 from judgeforge.config import ConfigError, command_parser, load_config, save_resolved
 from judgeforge.data.config import BuildConfig, EvalSetConfig, SourceConfig
 from judgeforge.data.decontam import NgramIndex
+from judgeforge.data.ingest import Pool, default_workers, gc_paused, process, read_span
 from judgeforge.data.parsers import PARSERS, make_context, prometheus_texts
 from judgeforge.data.readers import open_source
-from judgeforge.data.ingest import Pool, default_workers, process, read_span
 from judgeforge.data.records import ItemCache, sft_line
 from judgeforge.data.schema import Judgment
 from judgeforge.data.split import apply_policy, choose_test_models, split_records
@@ -75,7 +75,8 @@ def read_sources(cfg: BuildConfig) -> tuple[list[Kept], list[dict], dict[str, So
     """Parse and validate every source: (kept, rejects, counts per source, input descriptions)."""
     pool = Pool(cfg.workers or default_workers())
     try:
-        return _read_sources(cfg, pool)
+        with gc_paused():
+            return _read_sources(cfg, pool)
     finally:
         pool.close()
 
@@ -201,6 +202,11 @@ def run_build(cfg: BuildConfig, out: str | Path | None = None) -> dict:
     if not cfg.sources:
         raise ConfigError("no sources: set `sources` in the config or pass --input FORMAT:PATH")
     out = Path(out if out is not None else cfg.out)
+    with gc_paused():
+        return _build(cfg, out)
+
+
+def _build(cfg: BuildConfig, out: Path) -> dict:
     kept, rejects, counts, inputs = read_sources(cfg)
 
     policy_kept, by_policy = apply_policy([k.j for k in kept], cfg.sample_policy)

@@ -1,7 +1,8 @@
 """n-gram decontamination (the benchmark-leakage check): a training text is
 contaminated when it shares any word-level n-gram (default 13) with an
-evaluation text. n-grams are kept as a set of hashes, so a check costs one
-normalisation and one hash per word. Texts shorter than n words have no
+evaluation text. n-grams are kept as a set of 64-bit hashes, so a check costs
+one normalisation and one hash per word (a hash collision, ~2^-64 per pair,
+could only flag a text, never miss one). Texts shorter than n words have no
 n-gram and never match.
 """
 
