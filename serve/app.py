@@ -74,6 +74,29 @@ class Admission:
         self.used -= k
 
 
+class CountRequests:
+    """Pure ASGI middleware counting requests by route and status. (Starlette's
+    BaseHTTPMiddleware would hide client disconnects from the endpoints.)"""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = {"code": 500}
+
+        async def send_counted(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_counted)
+        finally:
+            self.metrics.requests.labels(scope["path"], str(status["code"])).inc()
+
+
 def api_key(cfg: ServeConfig) -> str | None:
     return os.environ.get("JUDGEFORGE_API_KEY") or cfg.server.api_key or None
 
@@ -136,11 +159,7 @@ def create_app(cfg: ServeConfig, engine: JudgeEngine) -> FastAPI:
     async def _field_error(request: Request, exc: FieldError):
         return JSONResponse({"detail": exc.detail()}, status_code=422)
 
-    @app.middleware("http")
-    async def _count(request: Request, call_next):
-        response = await call_next(request)
-        metrics.requests.labels(request.url.path, str(response.status_code)).inc()
-        return response
+    app.add_middleware(CountRequests, metrics=metrics)
 
     def check(reqs: list, loc_prefix: str | None) -> None:
         """Config limits, rubric/adapter names and context length: all before admission."""
@@ -254,7 +273,8 @@ def create_app(cfg: ServeConfig, engine: JudgeEngine) -> FastAPI:
     async def health():
         alive = engine_ok()
         body = {"status": "ok" if alive else "dead", "engine": engine.kind, "model": engine.model_name,
-                "in_flight": admission.used, "max_in_flight": admission.limit}
+                "in_flight": admission.used, "max_in_flight": admission.limit,
+                "engine_unfinished": engine.num_unfinished() if alive else None}
         if not alive:
             body["reason"] = state["reason"] or "engine is dead"
         return JSONResponse(body, status_code=200 if alive else 503)

@@ -60,7 +60,10 @@ class VLLMEngine(LoopThreadEngine):
 
     @property
     def alive(self) -> bool:
-        return not self._engine.errored
+        return self._engine is not None and not self._engine.errored
+
+    def num_unfinished(self) -> int | None:
+        return self._engine.output_processor.get_num_unfinished_requests() if self._engine else None
 
     async def _agen(self, req: SampleRequest) -> list[Sample]:
         from vllm import SamplingParams
@@ -104,12 +107,6 @@ class VLLMEngine(LoopThreadEngine):
                 lps = score_logprobs_at(top, req.scale)
         return Sample(text=c.text, finish_reason=c.finish_reason, n_tokens=len(c.token_ids),
                       score_logprobs=lps)
-
-    def engine_pids(self) -> list[int]:
-        """Pids of the engine-core processes (for health tests)."""
-        import psutil
-
-        return [p.pid for p in psutil.Process().children(recursive=True)]
 
     def close(self) -> None:
         self._stop_loop()

@@ -177,6 +177,10 @@ class JudgeEngine:
     def alive(self) -> bool:
         return True
 
+    def num_unfinished(self) -> int | None:
+        """Engine requests still running (None when the engine cannot tell)."""
+        return None
+
     def prompt_ids(self, messages: list[dict]) -> list[int]:
         return prompt_token_ids(self.tokenizer, messages)
 

@@ -201,3 +201,34 @@ def test_dead_engine_is_503_fast(monkeypatch):
     assert r.status_code == 503 and took < 2 and engine.cancelled == 1
     assert health.status_code == 503 and health.json()["status"] == "dead"
     assert after.status_code == 503
+
+
+def test_client_disconnect_cancels_engine_work(monkeypatch):
+    """Through a real uvicorn server: a client that gives up frees its slot and engine work."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from judgeforge.serve.testing import free_port
+
+    monkeypatch.delenv("JUDGEFORGE_API_KEY", raising=False)
+    app, engine = make(FakeEngine(delay=30.0))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            if server.started:
+                break
+            time.sleep(0.05)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url + "/v1/grade", json=BODY, headers=AUTH, timeout=1.0)
+        time.sleep(1.5)  # the handler polls for disconnects every 0.5 s
+        assert engine.cancelled == 1
+        assert httpx.get(url + "/health").json()["in_flight"] == 0
+    finally:
+        server.should_exit = True
+        thread.join(10)
