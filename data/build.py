@@ -17,6 +17,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from judgeforge.config import ConfigError, command_parser, load_config, save_resolved
 from judgeforge.data.config import BuildConfig, EvalSetConfig, SourceConfig
@@ -24,7 +25,7 @@ from judgeforge.data.decontam import NgramIndex
 from judgeforge.data.ingest import Pool, default_workers, gc_paused, process, read_span
 from judgeforge.data.parsers import PARSERS, make_context, prometheus_texts
 from judgeforge.data.readers import open_source
-from judgeforge.data.records import ItemCache, sft_line
+from judgeforge.data.records import ItemCache, compact, sft_line
 from judgeforge.data.schema import Judgment
 from judgeforge.data.split import apply_policy, choose_test_models, split_records
 from judgeforge.data.templates import TEMPLATE_VERSION
@@ -173,11 +174,11 @@ def _key_union(dicts) -> list[str]:
     return [k for k in ("criteria",) if k in keys] + scores + sorted(keys - set(scores) - {"criteria"})
 
 
-def encode_lines(records: list[Kept], rubric_keys: list[str], extra_keys: list[str]) -> list[str]:
+def encode_lines(records: list[Kept], rubric_keys: list[str], extra_keys: list[str]) -> Iterator[str]:
     """Output lines. Every line gets the same `rubric` and `extra` keys (None where absent) so that
     Arrow infers one schema for datasets.load_dataset("json"); Rubric.from_dict ignores the Nones."""
-    rubrics: dict[int, dict] = {}
-    lines = []
+    rubrics: dict[int, str] = {}
+    extras: dict[tuple, str] = {}
     cache = None
     for k in records:
         if k.cache is not None:
@@ -187,10 +188,15 @@ def encode_lines(records: list[Kept], rubric_keys: list[str], extra_keys: list[s
         rubric = rubrics.get(id(k.j.rubric))
         if rubric is None:
             d = k.j.rubric.to_dict()
-            rubric = rubrics[id(k.j.rubric)] = {key: d.get(key) for key in rubric_keys}
-        extra = {key: k.j.extra.get(key) for key in extra_keys}
-        lines.append(sft_line(k.j, cache, k.chash, rubric, extra) + "\n")
-    return lines
+            rubric = rubrics[id(k.j.rubric)] = compact({key: d.get(key) for key in rubric_keys})
+        values = tuple((type(v), v) for v in map(k.j.extra.get, extra_keys))  # typed: True != 1 here
+        try:
+            extra = extras.get(values)
+        except TypeError:  # unhashable values (lists, dicts): encode every time
+            extra = compact({key: k.j.extra.get(key) for key in extra_keys})
+        if extra is None:
+            extra = extras[values] = compact({key: k.j.extra.get(key) for key in extra_keys})
+        yield sft_line(k.j, cache, k.chash, rubric, extra) + "\n"
 
 
 def _models(records: list[Kept]) -> list[str]:
@@ -281,7 +287,7 @@ def _manifest(cfg, inputs, counts: dict[str, SourceCounts], buckets, test_models
 
 def _write(cfg: BuildConfig, out: Path, buckets, rejects: list[dict], manifest: dict) -> None:
     written = buckets["train"] + buckets["test"]
-    rubric_keys = _key_union({id(k.j.rubric): k.j.rubric.to_dict() for k in written}.values())
+    rubric_keys = _key_union(r.to_dict() for r in {id(k.j.rubric): k.j.rubric for k in written}.values())
     extra_keys = _key_union(k.j.extra for k in written)
     dropped = [{"bucket": b, "id": k.chash[:16], "source": k.j.source, "item_id": k.j.item_id,
                 "sample_idx": k.j.sample_idx, "response_model": k.j.response_model}

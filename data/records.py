@@ -16,7 +16,8 @@ import hashlib
 import json
 
 from judgeforge.data.schema import Judgment
-from judgeforge.data.templates import ABS_SYSTEM_PROMPT, TEMPLATE_VERSION, absolute_prompt, assistant_target
+from judgeforge.data.templates import (ABS_SYSTEM_PROMPT, RESULT_MARKER, TEMPLATE_VERSION, absolute_prompt,
+                                       assistant_target)
 
 
 _encode_str = json.encoder.encode_basestring  # what json.dumps(str, ensure_ascii=False) calls, in C
@@ -31,6 +32,8 @@ def _enc(value) -> str:
     return _encode_str(value) if type(value) is str else _enc_default(value)
 
 
+# Placeholders rendered into the prompt shell, then replaced by the encoded texts.
+_S_INSTR, _S_RESP, _S_REF = "@@jf-instruction-4c1d@@", "@@jf-response-4c1d@@", "@@jf-reference-4c1d@@"
 _SYSTEM_MSG = '[{"role":"system","content":' + _enc(ABS_SYSTEM_PROMPT) + '},{"role":"user","content":'
 _TEMPLATE_VERSION = _enc(TEMPLATE_VERSION)
 
@@ -60,9 +63,20 @@ class ItemCache:
 
     @property
     def prompt(self) -> str:
+        """The encoded user prompt, composed from the already-encoded texts (JSON string encoding is
+        piecewise: enc(a + b) == enc(a)[:-1] + enc(b)[1:]), so the big texts are not encoded twice."""
         if self._prompt is None:
             instruction, response, reference, _, rubric, scale = self.key
-            self._prompt = _enc(absolute_prompt(instruction, response, rubric, reference, scale))
+            has_ref = bool(reference and reference.strip())
+            shell = _enc(absolute_prompt(_S_INSTR, _S_RESP, rubric, _S_REF if has_ref else None, scale))
+            parts = ((_S_INSTR, self.instruction), (_S_RESP, self.response)) + (
+                ((_S_REF, self.reference),) if has_ref else ())
+            if all(shell.count(s) == 1 for s, _ in parts):
+                for s, enc in parts:
+                    shell = shell.replace(s, enc[1:-1])
+                self._prompt = shell
+            else:  # a sentinel inside the rubric text: encode the whole prompt
+                self._prompt = _enc(absolute_prompt(instruction, response, rubric, reference, scale))
         return self._prompt
 
     def matches(self, j: Judgment) -> bool:
@@ -92,22 +106,33 @@ def content_hash(j: Judgment, cache: ItemCache) -> str:
     return h.hexdigest()
 
 
-def sft_line(j: Judgment, cache: ItemCache, chash: str, rubric: dict, extra: dict) -> str:
-    """== dumps_record(to_sft()) with `rubric` and `extra` replaced (key-normalised for Arrow)."""
+def compact(value) -> str:
+    """The output lines' JSON encoding of a small value (rubric, extra)."""
+    return _compact(value)
+
+
+def sft_line(j: Judgment, cache: ItemCache, chash: str, rubric_json: str, extra_json: str) -> str:
+    """== dumps_record(to_sft()) with `rubric` and `extra` replaced by the given encodings
+    (key-normalised for Arrow)."""
     item_id = j.item_id or (cache.item_hash or j.item_hash())[:16]
+    feedback = _enc(j.feedback)
+    if j.feedback == j.feedback.strip():  # the target is the feedback plus its verdict: reuse the encoding
+        target = f"{feedback[:-1]} {RESULT_MARKER} {j.score}\""
+    else:
+        target = _enc(assistant_target(j.feedback, j.score))
     return "".join((
         '{"id":', _enc(chash[:16]),
         ',"messages":', _SYSTEM_MSG, cache.prompt,
-        '},{"role":"assistant","content":', _enc(assistant_target(j.feedback, j.score)), "}]",
+        '},{"role":"assistant","content":', target, "}]",
         ',"item_id":', _enc(item_id),
         ',"sample_idx":', str(j.sample_idx),
         ',"instruction":', cache.instruction,
         ',"system_prompt":', cache.system_prompt,
         ',"response":', cache.response,
         ',"reference_answer":', cache.reference,
-        ',"rubric":', _compact(rubric),
+        ',"rubric":', rubric_json,
         ',"scale":[', str(j.scale.lo), ",", str(j.scale.hi), "]",
-        ',"feedback":', _enc(j.feedback),
+        ',"feedback":', feedback,
         ',"score":', str(j.score),
         ',"response_model":', _name(j.response_model),
         ',"judge_model":', _name(j.judge_model),
@@ -115,6 +140,6 @@ def sft_line(j: Judgment, cache: ItemCache, chash: str, rubric: dict, extra: dic
         ',"category":', _name(j.category),
         ',"content_hash":', _enc(chash),
         ',"template_version":', _TEMPLATE_VERSION,
-        ',"extra":', _compact(extra),
+        ',"extra":', extra_json,
         "}",
     ))
