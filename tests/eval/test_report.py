@@ -75,7 +75,8 @@ def _cfg(tmp_path, vendor, judges=("base", "good")):
     return load_config(EvalConfig, None, [
         f"out={tmp_path / 'report'}", "n_values=[1, 3]", "bootstrap.n_resamples=200",
         "judges=[" + ", ".join(f"{{name: {j}, engine: {{model: {j}-model}}}}" for j in judges) + "]",
-        "sets=[{name: vicuna, kind: prometheus, path: " + str(pv / "vicuna_eval.json") + ", max_items: 24},"
+        "sets=[{name: vicuna, kind: prometheus, path: " + str(pv / "vicuna_eval.json") + ", max_items: 24,"
+        " external_ranking: {chat_gpt: 4, wizard: 3, vicuna: 2, llama-2-chat: 1}},"
         " {name: hhh, kind: hhh, path: " + str(pv / "hhh_alignment_eval.json") + ", max_items: 12,"
         " modes: [absolute, relative]},"
         " {name: flask, kind: flask, path: nobody/flask-offline}]"])
@@ -107,6 +108,7 @@ def test_run_writes_report_from_metrics(tmp_path, vendor, fake_engine):
     assert vic["forced"]["parse_failures"] == 0
     assert vic["n1"]["n"] == 24 and vic["n1"]["parse_failures"] > 0
     assert metrics["reference"]["vicuna"]["ceiling"]["k"] == 3
+    assert vic["n3"]["ranking"]["n_models"] == 4 and "Ranking of response models" in report
     assert metrics["skipped"][0]["name"] == "flask" and "skipped `flask`" in report
     hhh = metrics["results"]["good"]["hhh"]
     assert set(hhh) == {"absolute", "relative"} and hhh["absolute"]["n3"]["n"] == 12
