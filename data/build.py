@@ -27,7 +27,7 @@ from judgeforge.data.parsers import PARSERS, make_context, prometheus_texts
 from judgeforge.data.readers import open_source
 from judgeforge.data.records import ItemCache, compact, sft_line
 from judgeforge.data.schema import Judgment
-from judgeforge.data.split import apply_policy, choose_test_models, split_records
+from judgeforge.data.split import apply_policy, choose_test_models, seeded_fraction, split_records
 from judgeforge.data.templates import TEMPLATE_VERSION
 from judgeforge.data.validate import DUPLICATE, REASONS, Reject
 from judgeforge.io import atomic_dir, atomic_write_json, dumps_record, sha256_file, sha256_text
@@ -258,17 +258,21 @@ def _manifest(cfg, inputs, counts: dict[str, SourceCounts], buckets, test_models
         raise RuntimeError(f"data build bug: counts do not add up: {checks}")
     train_models, test_models_seen = set(_models(buckets["train"])), set(_models(buckets["test"]))
     train_instr = {k.j.instruction for k in buckets["train"]}
-    split_dropped_instr = {k.j.instruction for k in buckets["dropped_by_split"]}
+    # Recomputed from the seeded rule over every kept instruction, not taken from the splitter's word.
+    frac, seed = cfg.split.test_instruction_fraction, cfg.split.seed
+    every_instr = {k.j.instruction for records in buckets.values() for k in records}
+    held_instr = {i for i in every_instr if frac > 0 and seeded_fraction(i, seed, frac)}
     splits = {
         "train": {"records": len(buckets["train"]), "response_models": sorted(train_models),
                   "items": len({k.j.item_id for k in buckets["train"]})},
         "test": {"records": len(buckets["test"]), "response_models": sorted(test_models_seen),
-                 "items": len({k.j.item_id for k in buckets["test"]})},
+                 "items": len({k.j.item_id for k in buckets["test"]}),
+                 "records_with_unseen_instruction": sum(k.j.instruction not in train_instr for k in buckets["test"])},
         "held_out_models": test_models,
         "disjoint": not (train_models & test_models_seen),
         "shared_response_models": sorted(train_models & test_models_seen),
-        "held_out_instructions": len(split_dropped_instr),
-        "instructions_disjoint": not (train_instr & split_dropped_instr),
+        "held_out_instructions": len(held_instr),
+        "instructions_disjoint": not (train_instr & held_instr),
     }
     return {
         "template_version": TEMPLATE_VERSION,

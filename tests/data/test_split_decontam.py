@@ -97,6 +97,7 @@ def test_majority_policy_and_instruction_holdout_add_up(tmp_path):
     sp = m["splits"]
     assert sp["disjoint"] and sp["instructions_disjoint"] and len(sp["held_out_models"]) == 1
     assert sp["test"]["response_models"] == sp["held_out_models"]
+    assert sp["held_out_instructions"] > 0 and sp["test"]["records_with_unseen_instruction"] > 0
     train = read_lines(tmp_path / "o" / "train.jsonl")
     assert len({r["item_id"] for r in train}) == len(train)  # majority: one record per item
 
