@@ -15,6 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
@@ -29,6 +32,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; outputs are ordinary files
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -76,6 +80,7 @@ def atomic_dir(final: str | Path, overwrite: bool = True) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
+    os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes 0700; outputs are ordinary directories
     try:
         yield tmp
     except BaseException:
