@@ -303,7 +303,11 @@ def main(argv: list[str] | None = None) -> int:
                       extra={"server.host": args.host, "server.port": args.port})
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.info("resolved config:\n%s", dump_config(cfg).replace(cfg.server.api_key or "\0", "***"))
-    engine = build_engine(cfg)
+    try:
+        engine = build_engine(cfg)
+    except EngineError as e:  # bad adapter, template mismatch: a clear message, not a traceback
+        log.error("cannot start the engine: %s", e)
+        return 2
     app = create_app(cfg, engine)
     uvicorn.run(app, host=cfg.server.host, port=cfg.server.port,
                 timeout_graceful_shutdown=int(cfg.server.drain_timeout_s), log_level="info")

@@ -54,6 +54,9 @@ class EngineConfig(Config):
     batch_size: int = 8
     """transformers: prompts per `generate` call (each with n samples)."""
     device: str = "auto"
+    cpu_threads: int | None = None
+    """transformers on CPU: torch intra-op threads for this process (None: torch's default). On a
+    shared machine use 1: OpenMP threads spin and generation collapsed 20x under contention."""
     """transformers: torch device (auto -> cuda if available else cpu)."""
     # openai
     base_url: str = "http://127.0.0.1:8001/v1"

@@ -30,6 +30,8 @@ class TransformersEngine(JudgeEngine):
         from judgeforge.models import resolve_model
 
         self.cfg = cfg
+        if cfg.cpu_threads:
+            torch.set_num_threads(cfg.cpu_threads)  # process-wide, see EngineConfig.cpu_threads
         self._adapters = check_adapters(cfg)
         path = resolve_model(cfg.model)
         self.model_name = cfg.model
