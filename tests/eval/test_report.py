@@ -74,6 +74,7 @@ def _cfg(tmp_path, vendor, judges=("base", "good")):
     pv = vendor / "prometheus-eval"
     return load_config(EvalConfig, None, [
         f"out={tmp_path / 'report'}", "n_values=[1, 3]", "bootstrap.n_resamples=200",
+        "sampling.forced_score=true",
         "judges=[" + ", ".join(f"{{name: {j}, engine: {{model: {j}-model}}}}" for j in judges) + "]",
         "sets=[{name: vicuna, kind: prometheus, path: " + str(pv / "vicuna_eval.json") + ", max_items: 24,"
         " external_ranking: {chat_gpt: 4, wizard: 3, vicuna: 2, llama-2-chat: 1}},"
