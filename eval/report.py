@@ -61,6 +61,22 @@ def unit_choice(rec: dict, variant: str) -> str | None:
     return "tie" if (comp.reason or "").startswith("tie") else None
 
 
+def sample_stats(recs: list[dict]) -> dict:
+    """Over every drawn sample (max N per unit): how many parsed, why the others did not, and
+    how many stopped at max_tokens. Reasons are grouped by their text before any ':' detail."""
+    reasons: dict[str, int] = defaultdict(int)
+    n = parsed = truncated = 0
+    for r in recs:
+        for smp in r["samples"]:
+            n += 1
+            truncated += smp.get("finish_reason") == "length"
+            if smp.get("reason") is None:
+                parsed += 1
+            else:
+                reasons[smp["reason"].split(":")[0]] += 1
+    return {"n": n, "parsed": parsed, "truncated": truncated, "reasons": dict(sorted(reasons.items()))}
+
+
 def _group(preds: Iterable[dict]) -> dict:
     out: dict = defaultdict(lambda: defaultdict(list))
     for r in preds:
@@ -183,6 +199,7 @@ def compute_metrics(preds: list[dict], *, sets: list[dict], judges: list[str], b
             recs.sort(key=lambda r: (r["item_id"], r["unit"]))
     scale_of = {s["name"]: Scale.parse(s.get("scale") or [1, 5]) for s in sets}
     results: dict = {}
+    samples: dict = {}
     reference: dict = {}
     for s in sets:
         name = s["name"]
@@ -196,10 +213,12 @@ def compute_metrics(preds: list[dict], *, sets: list[dict], judges: list[str], b
             else:
                 res = _pairwise_set(modes, variants, scale_of[name], boot)
             results.setdefault(judge, {})[name] = res
+            samples.setdefault(judge, {})[name] = sample_stats([r for recs in modes.values() for r in recs])
     return {
         "meta": {**(meta or {}), "judges": judges, "baseline": baseline, "n_values": n_values,
                  "variants": variants, "bootstrap": {"n_resamples": n_boot, "level": level, "seed": seed}},
         "sets": sets, "skipped": skipped or [], "reference": reference, "results": results,
+        "samples": samples,
         "comparisons": _comparisons(by, judges, baseline, sets, variants, scale_of, boot),
     }
 
@@ -430,6 +449,18 @@ def _comparison_table(m: dict) -> list[str]:
          "significant", "n"], rows)
 
 
+def _samples_table(m: dict) -> list[str]:
+    rows = []
+    for judge, by_set in m.get("samples", {}).items():
+        for set_name, st in by_set.items():
+            why = "; ".join(f"{r} ({c})" for r, c in st["reasons"].items()) or "-"
+            rows.append([judge, set_name, str(st["n"]), str(st["parsed"]), str(st["truncated"]), why])
+    if not rows:
+        return []
+    return ["## Judge samples: parsed, cut at max_tokens, and why the rest failed to parse", ""] + _table(
+        ["judge", "set", "samples drawn", "parsed", "stopped at max_tokens", "parse failure reasons"], rows)
+
+
 def _timing(m: dict) -> list[str]:
     t = m["meta"].get("timing")
     if not t:
@@ -442,5 +473,6 @@ def _timing(m: dict) -> list[str]:
 def render_markdown(m: dict) -> str:
     """report.md from the metrics dict alone."""
     parts = (_header(m) + _mimic_tables(m) + _forgetting_table(m) + _human_table(m) + _category_tables(m)
-             + _ablation_table(m) + _length_table(m) + _ranking_table(m) + _comparison_table(m) + _timing(m))
+             + _ablation_table(m) + _length_table(m) + _ranking_table(m) + _comparison_table(m)
+             + _samples_table(m) + _timing(m))
     return "\n".join(parts).rstrip() + "\n"

@@ -109,6 +109,8 @@ def test_run_writes_report_from_metrics(tmp_path, vendor, fake_engine):
     assert vic["forced"]["parse_failures"] == 0
     assert vic["n1"]["n"] == 24 and vic["n1"]["parse_failures"] > 0
     assert metrics["reference"]["vicuna"]["ceiling"]["k"] == 3
+    st = metrics["samples"]["base"]["vicuna"]
+    assert st["n"] == 24 * 3 and st["reasons"]["no [RESULT] marker"] == st["n"] - st["parsed"] > 0
     assert vic["n3"]["ranking"]["n_models"] == 4 and "Ranking of response models" in report
     assert metrics["skipped"][0]["name"] == "flask" and "skipped `flask`" in report
     hhh = metrics["results"]["good"]["hhh"]
