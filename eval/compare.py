@@ -34,10 +34,12 @@ def _judge_pairs(a: dict, b: dict) -> list[tuple[str, str]]:
     return [(j, j) for j in ja if j in jb]
 
 
-def _headline(s: dict, rep: dict, v: str) -> tuple[str, float | None]:
+def _headline(s: dict, rep: dict, v: str) -> tuple[str, float | None, float | None]:
+    """(metric name, value, parse-failure rate) of one judge on one set under a variant."""
+    r = rep.get(v, {}) if s["kind"] == "absolute" else rep.get("absolute", {}).get(v, {})
     if s["kind"] == "absolute":
-        return "Pearson", rep.get(v, {}).get("correlation", {}).get("pearson", {}).get("value")
-    return "accuracy", rep.get("absolute", {}).get(v, {}).get("accuracy")
+        return "Pearson", r.get("correlation", {}).get("pearson", {}).get("value"), r.get("parse_failure_rate")
+    return "accuracy", r.get("accuracy"), r.get("parse_failure_rate")
 
 
 def _paired(pa, pb, ja, jb, s, v, boot) -> dict | None:
@@ -66,14 +68,16 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 1000, seed: int 
             if not ra or not rb:
                 continue
             for v in (x for x in a["meta"]["variants"] if x in b["meta"]["variants"]):
-                metric, va = _headline(s, ra, v)
-                _, vb = _headline(s, rb, v)
+                metric, va, fa = _headline(s, ra, v)
+                _, vb, fb = _headline(s, rb, v)
                 d = _paired(pa, pb, ja, jb, s, v, boot)
                 diff = None if va is None or vb is None else vb - va
                 ci = f"[{_f(d['lo'])}, {_f(d['hi'])}]" if d and d["lo"] is not None else ""
                 sig = ("forgetting" if d["forgetting"] else "yes") if d and d["significant"] else ("no" if d else "")
-                rows.append([s["name"], f"{ja} → {jb}", _label(v), metric, _f(va), _f(vb), _f(diff), ci, sig])
-    head = ["set", "judges (A → B)", "variant", "metric", "A", "B", "B − A", "paired 95% CI", "significant"]
+                rows.append([s["name"], f"{ja} → {jb}", _label(v), metric, _f(va), _f(vb), _f(diff), ci, sig,
+                             f"{_f(fa)} → {_f(fb)}"])
+    head = ["set", "judges (A → B)", "variant", "metric", "A", "B", "B − A", "paired 95% CI", "significant",
+            "parse-failure rate A → B"]
     title = [f"# Comparison: `{dir_a}` (A) vs `{dir_b}` (B)", "",
              "Paired CI: bootstrap over the items both reports graded (absolute sets with predictions).", ""]
     if not rows:
