@@ -204,6 +204,8 @@ def create_app(cfg: ServeConfig, engine: JudgeEngine) -> FastAPI:
             raise HTTPException(503, str(e)) from None
         except PromptTooLong as e:
             raise HTTPException(413, str(e)) from None
+        except ValueError as e:  # the engine's own request validation (e.g. vLLM's)
+            raise HTTPException(422, [{"loc": ["body"], "msg": str(e), "type": "value_error"}]) from None
         except EngineError as e:
             log.exception("engine error")
             raise HTTPException(502, f"engine error: {e}") from None
@@ -221,7 +223,10 @@ def create_app(cfg: ServeConfig, engine: JudgeEngine) -> FastAPI:
         if grade.score is None:
             metrics.null_scores.inc()
         scale = req.scale or [1, 5]
-        return GradeResponse(**grade.to_dict(), model=engine.model_name, adapter=req.adapter,
+        out = grade.to_dict()
+        if not req.include_samples:
+            out["samples"] = None
+        return GradeResponse(**out, model=engine.model_name, adapter=req.adapter,
                              rubric=rubric_name(req.rubric), scale=scale, latency_s=time.monotonic() - t0)
 
     def compare_out(req: CompareRequest, cmp, t0: float) -> CompareResponse:

@@ -51,8 +51,12 @@ class OpenAIEngine(LoopThreadEngine):
             self._sem = asyncio.Semaphore(self.cfg.max_concurrency)
         return self._client
 
+    @staticmethod
+    def _n(req: SampleRequest) -> int:
+        return 1 if req.temperature == 0 else req.n  # greedy: one decode, copied (vLLM refuses n>1)
+
     def _payload(self, req: SampleRequest) -> tuple[str, dict]:
-        body = {"model": req.adapter or self.cfg.model, "n": req.n, "temperature": req.temperature,
+        body = {"model": req.adapter or self.cfg.model, "n": self._n(req), "temperature": req.temperature,
                 "top_p": req.top_p, "max_tokens": req.max_tokens}
         if req.seed is not None:
             body["seed"] = req.seed
@@ -81,7 +85,8 @@ class OpenAIEngine(LoopThreadEngine):
             raise PromptTooLong(-1, req.max_tokens, self.max_model_len)
         if r.status_code >= 400:
             raise EngineError(f"endpoint answered {r.status_code}: {r.text[:300]}")
-        return [self._sample(c, req) for c in r.json()["choices"]]
+        samples = [self._sample(c, req) for c in r.json()["choices"]]
+        return samples * (req.n // self._n(req))
 
     def _sample(self, choice: dict, req: SampleRequest) -> Sample:
         lp = choice.get("logprobs") or {}

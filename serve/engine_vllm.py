@@ -17,7 +17,7 @@ import itertools
 import os
 import uuid
 
-from judgeforge.serve.engines import (EngineDead, LoopThreadEngine, Sample, SampleRequest,
+from judgeforge.serve.engines import (EngineDead, InvalidRequest, LoopThreadEngine, Sample, SampleRequest,
                                       check_adapters, load_tokenizer)
 from judgeforge.serve.parsing import logaddexp, score_logprobs_at, score_position
 
@@ -67,28 +67,36 @@ class VLLMEngine(LoopThreadEngine):
 
     async def _agen(self, req: SampleRequest) -> list[Sample]:
         from vllm import SamplingParams
+        from vllm.exceptions import VLLMClientError
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
         if self._engine.errored:
             raise EngineDead("vLLM engine is dead")
-        sp = SamplingParams(n=req.n, temperature=req.temperature, top_p=req.top_p,
-                            max_tokens=req.max_tokens, seed=req.seed,
-                            logprobs=(self.top_logprobs or None) if req.want_logprobs else None,
-                            output_kind=RequestOutputKind.FINAL_ONLY)
+        try:
+            # Greedy samples are identical and vLLM refuses n > 1 at temperature 0: decode once, copy.
+            copies = req.n if req.temperature == 0 else 1
+            sp = SamplingParams(n=req.n // copies, temperature=req.temperature, top_p=req.top_p,
+                                max_tokens=req.max_tokens, seed=req.seed,
+                                logprobs=(self.top_logprobs or None) if req.want_logprobs else None,
+                                output_kind=RequestOutputKind.FINAL_ONLY)
+        except (VLLMClientError, ValueError) as e:
+            raise InvalidRequest(f"vLLM rejected the sampling parameters: {e}") from e
         prompt = TokensPrompt(prompt_token_ids=self.prompt_ids(req.messages))
         final = None
         try:
             async for out in self._engine.generate(prompt, sp, request_id=uuid.uuid4().hex,
                                                    lora_request=self._lora.get(req.adapter or "")):
                 final = out
+        except VLLMClientError as e:
+            raise InvalidRequest(str(e)) from e
         except Exception as e:  # EngineDeadError & co: report as a dead engine when it is one
             if self._engine.errored:
                 raise EngineDead(f"vLLM engine died: {e!r}") from e
             raise
         if final is None:
             raise EngineDead("vLLM returned no output")
-        return [self._sample(c, req) for c in final.outputs]
+        return [self._sample(c, req) for c in final.outputs] * copies
 
     def _sample(self, c, req: SampleRequest) -> Sample:
         lps = None

@@ -69,6 +69,10 @@ class UnknownAdapter(EngineError, KeyError):
         return self.args[0]
 
 
+class InvalidRequest(EngineError, ValueError):
+    """The engine rejected the request's parameters (served as 422)."""
+
+
 class EngineDead(EngineError):
     """The engine can no longer serve (its process died or it failed)."""
 

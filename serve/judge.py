@@ -91,7 +91,8 @@ class Judge:
 
     @staticmethod
     def _fill(slots: SampleSlots, samples: Sequence[Sample], parse) -> None:
-        slots.fill([parse(s.text) for s in samples], [s.score_logprobs for s in samples])
+        slots.fill([parse(s.text) for s in samples], [s.score_logprobs for s in samples],
+                   [s.text for s in samples])
 
     def _run(self, reqs: list[SampleRequest], parse) -> list[SampleSlots]:
         slots = [SampleSlots(r.n) for r in reqs]

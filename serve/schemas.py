@@ -55,6 +55,7 @@ class SamplingIn(BaseModel):
     max_tokens: int | None = Field(None, ge=1, le=1_000_000)
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
     adapter: str | None = Field(None, description="LoRA adapter name from GET /v1/models; null = base")
+    include_samples: bool = Field(False, description="also return the raw text of every sample")
 
     def options(self) -> Options:
         return Options(n=self.n, temperature=self.temperature, top_p=self.top_p,
@@ -152,6 +153,7 @@ class GradeResponse(BaseModel):
     expected_score: float | None = None
     n_sampled: int = Field(0, description="samples drawn, re-samples included")
     failures: dict[str, int] = {}
+    samples: list[str | None] | None = Field(None, description="raw sample texts (include_samples)")
     model: str
     adapter: str | None = None
     rubric: str = Field(description="preset name or 'custom'")

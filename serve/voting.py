@@ -42,6 +42,8 @@ class SampleSlots:
     n: int
     parsed: list[ParseResult | None] = field(default_factory=list)
     logprobs: list[dict[int, float] | None] = field(default_factory=list)
+    texts: list[str | None] = field(default_factory=list)
+    """Raw text of the sample now in each slot (when the caller passes it)."""
     rounds: int = 0
     """Sampling rounds done (1 = the first N samples, more = re-sampling rounds)."""
     n_sampled: int = 0
@@ -53,12 +55,14 @@ class SampleSlots:
             raise ValueError("n must be >= 1")
         self.parsed = [None] * self.n
         self.logprobs = [None] * self.n
+        self.texts = [None] * self.n
 
     def missing(self) -> list[int]:
         return [i for i, p in enumerate(self.parsed) if p is None or not p.ok]
 
     def fill(self, parsed: Sequence[ParseResult],
-             logprobs: Sequence[dict[int, float] | None] | None = None) -> None:
+             logprobs: Sequence[dict[int, float] | None] | None = None,
+             texts: Sequence[str] | None = None) -> None:
         """Put new samples into the missing slots, in order (extra samples are ignored)."""
         slots = self.missing()
         if len(parsed) > len(slots):
@@ -66,7 +70,9 @@ class SampleSlots:
         lps = list(logprobs) if logprobs is not None else [None] * len(parsed)
         self.rounds += 1
         self.n_sampled += len(parsed)
-        for slot, p, lp in zip(slots, parsed, lps):
+        for k, (slot, p, lp) in enumerate(zip(slots, parsed, lps)):
+            if texts is not None:
+                self.texts[slot] = texts[k]
             if not p.ok:
                 self.failures[p.reason] += 1
             # A failed re-sample keeps the slot's old log-probs if the new one has none.
@@ -100,6 +106,8 @@ class Grade:
     expected_score: float | None = None
     n_sampled: int = 0
     failures: dict[str, int] = field(default_factory=dict)
+    samples: list[str | None] | None = None
+    """Raw sample texts, one per vote (when known)."""
 
     def to_dict(self) -> dict:
         return {
@@ -110,7 +118,7 @@ class Grade:
             "score_probs": ({str(k): v for k, v in self.score_probs.items()}
                             if self.score_probs is not None else None),
             "expected_score": self.expected_score, "n_sampled": self.n_sampled,
-            "failures": self.failures,
+            "failures": self.failures, "samples": self.samples,
         }
 
 
@@ -147,17 +155,20 @@ def vote_scores(slots: SampleSlots | Sequence[ParseResult], scale: Scale = DEFAU
     if isinstance(slots, SampleSlots):
         parsed = [p for p in slots.parsed if p is not None]
         logprobs, n_sampled, failures = slots.logprobs, slots.n_sampled, dict(slots.failures)
+        samples = list(slots.texts) if any(t is not None for t in slots.texts) else None
     else:
         parsed = list(slots)
         n_sampled = len(parsed)
         failures = dict(Counter(p.reason for p in parsed if not p.ok))
+        samples = None
     votes = [p.score if p.ok else None for p in parsed]
     valid = [v for v in votes if v is not None]
     probs = average_score_probs(logprobs or [], scale)
     expected = sum(k * p for k, p in probs.items()) if probs else None
     common = dict(votes=votes, distribution={k: valid.count(k) for k in scale.values},
                   n_valid=len(valid), n_unparseable=len(votes) - len(valid), score_probs=probs,
-                  expected_score=expected, n_sampled=n_sampled, failures=failures)
+                  expected_score=expected, n_sampled=n_sampled, failures=failures,
+                  samples=samples)
     if not valid:
         why = "; ".join(f"{r} (x{c})" for r, c in sorted(failures.items(), key=lambda x: -x[1]))
         return Grade(score=None, agreement=None, mean=None, feedback=None,

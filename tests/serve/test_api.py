@@ -44,6 +44,9 @@ def test_grade_votes_and_answer_fields(client):
     assert d["distribution"] == {"1": 0, "2": 0, "3": 0, "4": 3, "5": 0}
     assert d["feedback"] == "Good." and d["n_valid"] == 3 and d["n_unparseable"] == 0
     assert d["rubric"] == "helpfulness" and d["scale"] == [1, 5] and d["model"] == "fake-judge"
+    assert d["samples"] is None
+    d2 = client.post("/v1/grade", json={**BODY, "include_samples": True}, headers=AUTH).json()
+    assert d2["samples"] == ["Good. [RESULT] 4"] * 3
     p3, p4 = math.exp(-1.2), math.exp(-0.4)  # the double's score log-probs, renormalised
     assert d["expected_score"] == pytest.approx((3 * p3 + 4 * p4) / (p3 + p4))
     req = client.engine.calls[0]
@@ -232,3 +235,17 @@ def test_client_disconnect_cancels_engine_work(monkeypatch):
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_engine_side_validation_error_is_422_not_500(monkeypatch):
+    from judgeforge.serve.engines import InvalidRequest
+
+    class Picky(FakeEngine):
+        async def agenerate(self, req):
+            raise InvalidRequest("vLLM rejected the sampling parameters: n must be 1")
+
+    monkeypatch.delenv("JUDGEFORGE_API_KEY", raising=False)
+    app, _ = make(Picky())
+    with TestClient(app) as c:
+        r = c.post("/v1/grade", json=BODY, headers=AUTH)
+        assert r.status_code == 422 and "n must be 1" in r.text
