@@ -25,6 +25,7 @@ from pathlib import Path
 from judgeforge.data.build import decontaminate, read_sources, run_build
 from judgeforge.data.config import BuildConfig
 from judgeforge.data.ingest import default_workers
+from judgeforge.data.records import Spool
 
 REPO = Path(__file__).resolve().parents[1]
 VENDOR = REPO / "data" / "vendor"
@@ -111,10 +112,13 @@ def run(replicas: int) -> dict:
         stages = {}
         for w in sorted({1, workers}):
             cfg = config(files, decontam=False, workers=w)
-            (kept, rejects, counts, _), *t = timed(lambda: read_sources(cfg))
+            spool = Spool(tmp / f"spool_w{w}")
+            spool.dir.mkdir()
+            (kept, rejects, counts, _), *t = timed(lambda: read_sources(cfg, spool))
             assert sum(c.read for c in counts.values()) == judgments
             stages[f"parse_validate_template_w{w}"] = rates(judgments, *t, cores)
-            _, *t = timed(lambda: run_build(cfg, tmp / "out"))
+            # A fresh output directory: replacing an earlier build would also time deleting its ~1 GB.
+            _, *t = timed(lambda: run_build(cfg, tmp / f"out_w{w}"))
             stages[f"full_build_w{w}"] = rates(judgments, *t, cores)
         dcfg = config(files, decontam=True)
         train = [k for k in kept if k.j.response_model not in dcfg.split.test_models]

@@ -14,6 +14,7 @@ in exactly one bucket, and the manifest proves the arithmetic:
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,13 +23,13 @@ from typing import Iterator
 from judgeforge.config import ConfigError, command_parser, load_config, save_resolved
 from judgeforge.data.config import BuildConfig, EvalSetConfig, SourceConfig
 from judgeforge.data.decontam import NgramIndex
-from judgeforge.data.ingest import Pool, default_workers, gc_paused, process, read_span
+from judgeforge.data.ingest import Pool, default_workers, gc_paused, process, read_span, spooled
 from judgeforge.data.parsers import PARSERS, make_context, prometheus_texts
 from judgeforge.data.readers import open_source
-from judgeforge.data.records import ItemCache, compact, sft_line
+from judgeforge.data.records import Ref, Spool, SpoolWriter, compact
 from judgeforge.data.schema import Judgment
 from judgeforge.data.split import apply_policy, choose_test_models, seeded_fraction, split_records
-from judgeforge.data.templates import TEMPLATE_VERSION
+from judgeforge.data.templates import TEMPLATE_VERSION, Rubric
 from judgeforge.data.validate import DUPLICATE, REASONS, Reject
 from judgeforge.io import atomic_dir, atomic_write_json, dumps_record, sha256_file, sha256_text
 
@@ -37,11 +38,11 @@ BUCKETS = ("train", "test", "dropped_by_policy", "dropped_by_split", "decontamin
 
 @dataclass(slots=True)
 class Kept:
-    """A valid judgment, its item's shared encodings, its content hash and its input position."""
+    """A valid judgment, where its encoded output line (but for rubric and extra) is spooled, its content
+    hash and its input position."""
 
     j: Judgment
-    cache: ItemCache | None
-    """None when a worker process parsed it (re-created when writing)."""
+    ref: Ref
     chash: str
     order: tuple
 
@@ -72,17 +73,18 @@ def sha256_path(path: Path | None) -> str | None:
     return sha256_text(listing)
 
 
-def read_sources(cfg: BuildConfig) -> tuple[list[Kept], list[dict], dict[str, SourceCounts], list[dict]]:
-    """Parse and validate every source: (kept, rejects, counts per source, input descriptions)."""
+def read_sources(cfg: BuildConfig, spool: Spool) -> tuple[list[Kept], list[dict], dict[str, SourceCounts], list[dict]]:
+    """Parse and validate every source, encoding kept lines into `spool`: (kept, rejects, counts per
+    source, input descriptions)."""
     pool = Pool(cfg.workers or default_workers())
     try:
         with gc_paused():
-            return _read_sources(cfg, pool)
+            return _read_sources(cfg, pool, spool)
     finally:
         pool.close()
 
 
-def _read_sources(cfg: BuildConfig, pool: Pool):
+def _read_sources(cfg: BuildConfig, pool: Pool, spool: Spool):
     from tqdm import tqdm
 
     kept: list[Kept] = []
@@ -101,13 +103,15 @@ def _read_sources(cfg: BuildConfig, pool: Pool):
         records, local = open_source(src.path, src.hf_split, src.hf_config)
         inputs.append({"name": name, "format": src.format, "path": src.path, "sha256": sha256_path(local),
                        "scale": [ctx.scale.lo, ctx.scale.hi]})
+        writer = None
         if pool.usable_for(local):
-            stream = pool.jsonl(local, src.format, ctx)
+            stream = pool.jsonl(local, src.format, ctx, spool)
         else:
-            stream = ((raw, process(raw, parse, ctx)) for raw in records)
+            writer = SpoolWriter(spool.new_file())
+            stream = ((raw, spooled(process(raw, parse, ctx), writer)) for raw in records)
         for raw, entries in tqdm(stream, desc=f"read {name}", unit=" rec", disable=not cfg.progress,
                                  file=sys.stderr, mininterval=0.5, leave=False):
-            for sample_idx, res, chash, cache in entries:
+            for sample_idx, res, chash, ref in entries:
                 c.read += 1
                 if chash is not None and cfg.dedup and chash in seen:
                     res = Reject(DUPLICATE, f"same content as {seen[chash]}")
@@ -120,7 +124,9 @@ def _read_sources(cfg: BuildConfig, pool: Pool):
                     continue
                 seen[chash] = f"{name} line {raw.line} sample {sample_idx}"
                 c.kept += 1
-                kept.append(Kept(res, cache, chash, (si, raw.line, sample_idx)))
+                kept.append(Kept(res, ref, chash, (si, raw.line, sample_idx)))
+        if writer is not None:
+            writer.close()
         inputs[-1]["records_read"] = c.read
     return kept, rejects, counts, inputs
 
@@ -174,29 +180,40 @@ def _key_union(dicts) -> list[str]:
     return [k for k in ("criteria",) if k in keys] + scores + sorted(keys - set(scores) - {"criteria"})
 
 
-def encode_lines(records: list[Kept], rubric_keys: list[str], extra_keys: list[str]) -> Iterator[str]:
-    """Output lines. Every line gets the same `rubric` and `extra` keys (None where absent) so that
-    Arrow infers one schema for datasets.load_dataset("json"); Rubric.from_dict ignores the Nones."""
-    rubrics: dict[int, str] = {}
-    extras: dict[tuple, str] = {}
-    cache = None
+def _own_levels(rubric_keys: list[str]) -> set[int] | None:
+    """The score levels of the rubrics whose own encoding has exactly the build's rubric keys."""
+    try:
+        levels = {int(key[5:-12]) for key in rubric_keys if key != "criteria"}
+    except ValueError:
+        return None
+    return levels if list(Rubric("", dict.fromkeys(levels, "")).to_dict()) == rubric_keys else None
+
+
+def encode_lines(records: list[Kept], spool: Spool, rubric_keys: list[str], extra_keys: list[str]) -> Iterator[bytes]:
+    """Output lines, as pieces of UTF-8. Every line gets the same `rubric` and `extra` keys (None where
+    absent) so that Arrow infers one schema for datasets.load_dataset("json"); Rubric.from_dict ignores
+    the Nones. The rest of each line was encoded when it was parsed."""
+    levels = _own_levels(rubric_keys)
+    rubrics: dict[int, bytes] = {}
+    extras: dict[tuple, bytes] = {}
     for k in records:
-        if k.cache is not None:
-            cache = k.cache
-        elif cache is None or not cache.matches(k.j):
-            cache = ItemCache(k.j, hashes=False)
-        rubric = rubrics.get(id(k.j.rubric))
-        if rubric is None:
-            d = k.j.rubric.to_dict()
-            rubric = rubrics[id(k.j.rubric)] = compact({key: d.get(key) for key in rubric_keys})
-        values = tuple((type(v), v) for v in map(k.j.extra.get, extra_keys))  # typed: True != 1 here
+        rubric = None  # the spooled encoding: its keys are the build's keys already
+        if levels is None or k.j.rubric.descriptions.keys() != levels:
+            rubric = rubrics.get(id(k.j.rubric))
+            if rubric is None:
+                d = k.j.rubric.to_dict()
+                rubric = rubrics[id(k.j.rubric)] = compact({key: d.get(key) for key in rubric_keys})
+        extra = k.j.extra
         try:
-            extra = extras.get(values)
+            values = (tuple(extra.items()), tuple(map(type, extra.values())))  # typed: True != 1 here
+            enc = extras.get(values)
         except TypeError:  # unhashable values (lists, dicts): encode every time
-            extra = compact({key: k.j.extra.get(key) for key in extra_keys})
-        if extra is None:
-            extra = extras[values] = compact({key: k.j.extra.get(key) for key in extra_keys})
-        yield sft_line(k.j, cache, k.chash, rubric, extra) + "\n"
+            values = enc = None
+        if enc is None:
+            enc = compact({key: extra.get(key) for key in extra_keys})
+            if values is not None:
+                extras[values] = enc
+        yield from spool.line(k.ref, rubric, enc)
 
 
 def _models(records: list[Kept]) -> list[str]:
@@ -208,12 +225,18 @@ def run_build(cfg: BuildConfig, out: str | Path | None = None) -> dict:
     if not cfg.sources:
         raise ConfigError("no sources: set `sources` in the config or pass --input FORMAT:PATH")
     out = Path(out if out is not None else cfg.out)
-    with gc_paused():
-        return _build(cfg, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Beside the output: the spool is about as big as the output, on the file system that must hold it.
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.spool-") as tmp, gc_paused():
+        spool = Spool(tmp)
+        try:
+            return _build(cfg, out, spool)
+        finally:
+            spool.close()
 
 
-def _build(cfg: BuildConfig, out: Path) -> dict:
-    kept, rejects, counts, inputs = read_sources(cfg)
+def _build(cfg: BuildConfig, out: Path, spool: Spool) -> dict:
+    kept, rejects, counts, inputs = read_sources(cfg, spool)
 
     policy_kept, by_policy = apply_policy([k.j for k in kept], cfg.sample_policy)
     wrap = {id(k.j): k for k in kept}
@@ -235,7 +258,7 @@ def _build(cfg: BuildConfig, out: Path) -> dict:
         records.sort(key=lambda k: k.order)
 
     manifest = _manifest(cfg, inputs, counts, buckets, test_models, decon_info)
-    _write(cfg, out, buckets, rejects, manifest)
+    _write(cfg, out, spool, buckets, rejects, manifest)
     return manifest
 
 
@@ -289,7 +312,7 @@ def _manifest(cfg, inputs, counts: dict[str, SourceCounts], buckets, test_models
     }
 
 
-def _write(cfg: BuildConfig, out: Path, buckets, rejects: list[dict], manifest: dict) -> None:
+def _write(cfg: BuildConfig, out: Path, spool: Spool, buckets, rejects: list[dict], manifest: dict) -> None:
     written = buckets["train"] + buckets["test"]
     rubric_keys = _key_union(r.to_dict() for r in {id(k.j.rubric): k.j.rubric for k in written}.values())
     extra_keys = _key_union(k.j.extra for k in written)
@@ -298,8 +321,8 @@ def _write(cfg: BuildConfig, out: Path, buckets, rejects: list[dict], manifest: 
                for b in ("dropped_by_policy", "dropped_by_split", "decontaminated") for k in buckets[b]]
     with atomic_dir(out) as tmp:
         for name in ("train", "test"):
-            with open(tmp / f"{name}.jsonl", "w", encoding="utf-8") as f:
-                f.writelines(encode_lines(buckets[name], rubric_keys, extra_keys))
+            with open(tmp / f"{name}.jsonl", "wb", buffering=1 << 20) as f:  # few, large writes
+                f.writelines(encode_lines(buckets[name], spool, rubric_keys, extra_keys))
         for name, lines in (("rejects", rejects), ("dropped", dropped)):
             with open(tmp / f"{name}.jsonl", "w", encoding="utf-8") as f:
                 f.writelines(dumps_record(r) + "\n" for r in lines)

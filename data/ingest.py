@@ -19,18 +19,21 @@ from typing import Iterator
 
 from judgeforge.data.parsers import PARSERS, Context
 from judgeforge.data.readers import Raw, line_raw
-from judgeforge.data.records import ItemCache, content_hash
+from judgeforge.data.records import ItemCache, Parts, Ref, Spool, SpoolWriter, encode
 from judgeforge.data.schema import Judgment
 from judgeforge.data.validate import UNREADABLE_LINE, Reject
 
-# (sample_idx, judgment or reject, content hash or None, item cache or None)
-Entry = tuple[int, "Judgment | Reject", "str | None", "ItemCache | None"]
+# (sample_idx, judgment or reject, content hash or None, encoded line parts or None)
+Entry = tuple[int, "Judgment | Reject", "str | None", "Parts | None"]
+# The same, with the parts spooled: their place in a spool file
+Spooled = tuple[int, "Judgment | Reject", "str | None", "Ref | None"]
 CHUNK_BYTES = 4 << 20
 MIN_PARALLEL_BYTES = 8 << 20
 
 
-def process(raw: Raw, parse, ctx: Context, keep_cache: bool = True) -> list[Entry]:
-    """One raw record -> one entry per judgment it holds (rejects included)."""
+def process(raw: Raw, parse, ctx: Context) -> list[Entry]:
+    """One raw record -> one entry per judgment it holds (rejects included), kept ones already encoded:
+    in a parallel build the workers, not the parent, pay for the output encoding."""
     if raw.obj is None:
         return [(0, Reject(UNREADABLE_LINE, raw.error or ""), None, None)]
     out: list[Entry] = []
@@ -44,16 +47,20 @@ def process(raw: Raw, parse, ctx: Context, keep_cache: bool = True) -> list[Entr
             cache = ItemCache(res)
         if not res.item_id:
             res.item_id = cache.item_hash[:16]
-        out.append((sample_idx, res, content_hash(res, cache), cache if keep_cache else None))
+        out.append((sample_idx, res, *encode(res, cache)))
     return out
 
 
-def _chunk_job(job: tuple[str, int, int, str, Context]) -> tuple[int, list]:
+def spooled(entries: list[Entry], spool: SpoolWriter) -> list[Spooled]:
+    return [(i, res, chash, parts and spool.add(parts)) for i, res, chash, parts in entries]
+
+
+def _chunk_job(job: tuple[str, int, int, str, Context, str]) -> tuple[int, list]:
     """Worker: one byte range of a JSONL file -> (lines in range, [(local line, text or byte span, entries)]).
 
     The original text travels back only for lines with a reject; kept lines send their byte span, so
     the parent can still quote a line it later rejects as a duplicate."""
-    path, start, end, fmt, ctx = job
+    path, start, end, fmt, ctx, spool_path = job
     with open(path, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
@@ -61,16 +68,17 @@ def _chunk_job(job: tuple[str, int, int, str, Context]) -> tuple[int, list]:
     results = []
     pos = start
     lines = data.split(b"\n")
+    spool = SpoolWriter(spool_path)
     for n, line in enumerate(lines, 1):
         span = (pos, pos + len(line))
         pos += len(line) + 1
         raw = line_raw(n, line)
         if raw is None:
             continue
-        # Encodings are cheaper to redo than to pickle; the parent re-creates caches when writing.
-        entries = process(raw, parse, ctx, keep_cache=False)
+        entries = spooled(process(raw, parse, ctx), spool)
         rejected = any(isinstance(e[1], Reject) for e in entries)
         results.append((n, raw.text if rejected else span, entries))
+    spool.close()
     return len(lines) - (1 if data.endswith(b"\n") or not data else 0), results
 
 
@@ -127,13 +135,13 @@ class Pool:
                 and path.suffix.lower() not in (".json", ".parquet")
                 and path.stat().st_size >= MIN_PARALLEL_BYTES)
 
-    def jsonl(self, path: Path, fmt: str, ctx: Context) -> Iterator[tuple[Raw, list[Entry]]]:
+    def jsonl(self, path: Path, fmt: str, ctx: Context, spool: Spool) -> Iterator[tuple[Raw, list[Spooled]]]:
         """(raw with global line number, entries) in file order."""
         if self._pool is None:
             methods = multiprocessing.get_all_start_methods()
             mp = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
             self._pool = ProcessPoolExecutor(self.workers, mp_context=mp, initializer=_worker_init)
-        jobs = [(str(path), a, b, fmt, ctx) for a, b in plan_chunks(path)]
+        jobs = [(str(path), a, b, fmt, ctx, spool.new_file()) for a, b in plan_chunks(path)]
         offset = 0
         for n_lines, results in self._pool.map(_chunk_job, jobs):
             for line, text, entries in results:

@@ -7,6 +7,11 @@ GPT-4 samples of a Prometheus line share them. Here each item's texts are
 encoded once and shared by its samples; a JSON string's encoding does not
 depend on separators, so the pieces slot into both the hash payloads
 (`json.dumps` default separators) and the compact output line.
+
+The line is encoded where the judgment is parsed (a worker process, in a
+parallel build) as UTF-8 `Parts` and spooled to a file; only `rubric` and
+`extra`, whose keys are normalised over the whole build, are left to the
+writer (`Spool.line`).
 tests/data/test_records.py checks every line against the reference, byte for byte.
 """
 
@@ -14,10 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
+from pathlib import Path
 
 from judgeforge.data.schema import Judgment
-from judgeforge.data.templates import (ABS_SYSTEM_PROMPT, RESULT_MARKER, TEMPLATE_VERSION, absolute_prompt,
-                                       assistant_target)
+from judgeforge.data.templates import (ABS_SYSTEM_PROMPT, RESULT_MARKER, TEMPLATE_VERSION, Rubric, Scale,
+                                       absolute_prompt, assistant_target)
 
 
 _encode_str = json.encoder.encode_basestring  # what json.dumps(str, ensure_ascii=False) calls, in C
@@ -32,52 +39,112 @@ def _enc(value) -> str:
     return _encode_str(value) if type(value) is str else _enc_default(value)
 
 
-# Placeholders rendered into the prompt shell, then replaced by the encoded texts.
+# Placeholders rendered into the prompt shell, which is then cut at them.
 _S_INSTR, _S_RESP, _S_REF = "@@jf-instruction-4c1d@@", "@@jf-response-4c1d@@", "@@jf-reference-4c1d@@"
 _SYSTEM_MSG = '[{"role":"system","content":' + _enc(ABS_SYSTEM_PROMPT) + '},{"role":"user","content":'
 _TEMPLATE_VERSION = _enc(TEMPLATE_VERSION)
+
+# (head, item blocks, mid, tail): one line is head + blocks[0] + mid + blocks[1] + rubric + tail + extra + "}",
+# where rubric is blocks[2] or the rubric normalised to the build's keys.
+# The blocks are shared by the samples of one item (and pickled once with them).
+Parts = tuple[bytes, tuple[bytes, bytes, bytes], bytes, bytes]
+
+
+class _Bounded(dict):
+    """A memo that forgets everything when it grows too big (free-text values must not grow it forever)."""
+
+    def put(self, key, value):
+        if len(self) > 100_000:
+            self.clear()
+        self[key] = value
+        return value
+
+
+_shells = _Bounded()
+
+
+def _cut(shell: str, marks: tuple[str, ...]) -> list[str] | None:
+    """`shell` cut at each mark, in order; None unless each occurs exactly once, in that order."""
+    if any(shell.count(m) != 1 for m in marks):
+        return None
+    pieces = []
+    for m in marks:
+        before, found, shell = shell.partition(m)
+        if not found:
+            return None
+        pieces.append(before)
+    return pieces + [shell]
+
+
+def _prompt_shell(rubric: Rubric, scale: Scale, has_ref: bool) -> list[str] | None:
+    """The encoded prompt cut at its texts: [before instruction, before response, (before reference,) rest].
+    Memoised: items share rubrics (FastChat's preset, BiGGen's per-capability ones). None when a
+    placeholder occurs in the rubric text itself."""
+    key = (rubric.criteria, tuple(rubric.descriptions.items()), scale, has_ref)
+    pieces = _shells.get(key)
+    if pieces is None:
+        shell = _enc(absolute_prompt(_S_INSTR, _S_RESP, rubric, _S_REF if has_ref else None, scale))
+        pieces = _shells.put(key, _cut(shell, (_S_INSTR, _S_RESP, _S_REF)[:2 + has_ref]) or False)
+    return pieces or None
+
+
+def _rubric_encodings(rubric: Rubric) -> tuple[str, str]:
+    """json.dumps(rubric.to_dict()) with default separators (for the hashes) and compact (for the line),
+    from one encoding of each key and value."""
+    d = rubric.to_dict()
+    if not all(type(v) is str for v in d.values()):
+        return _enc_default(d), _compact(d)
+    pairs = [(_encode_str(k), _encode_str(v)) for k, v in d.items()]
+    return ("{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}",
+            "{" + ",".join(f"{k}:{v}" for k, v in pairs) + "}")
 
 
 class ItemCache:
     """Encodings shared by every sample of one graded item."""
 
-    __slots__ = ("key", "instruction", "response", "reference", "system_prompt", "_prompt", "hash_prefix",
-                 "item_hash")
+    __slots__ = ("key", "instruction", "response", "reference", "system_prompt", "rubric", "hash_prefix",
+                 "item_hash", "_blocks")
 
-    def __init__(self, j: Judgment, hashes: bool = True):
+    def __init__(self, j: Judgment):
         self.key = (j.instruction, j.response, j.reference_answer, j.system_prompt, j.rubric, j.scale)
         self.instruction = _enc(j.instruction)
         self.response = _enc(j.response)
         self.reference = _enc(j.reference_answer)
         self.system_prompt = _enc(j.system_prompt)
-        self._prompt: str | None = None  # rendered on first write: rejected/dropped items never need it
-        self.hash_prefix = self.item_hash = None
-        if not hashes:  # a cache re-created for writing: the hashes are known already
-            return
-        rubric = _enc(j.rubric.to_dict())
+        self._blocks: tuple[bytes, bytes, bytes] | None = None  # on first use: rejected items never need them
+        rubric, self.rubric = _rubric_encodings(j.rubric)
         # Judgment.content_hash / item_hash payloads: json.dumps([...]) with default separators.
         head = f"[{self.instruction}, {self.response}, {self.reference}"
         self.hash_prefix = hashlib.sha256(
             f"{head}, {self.system_prompt}, {rubric}, [{j.scale.lo}, {j.scale.hi}], ".encode("utf-8"))
         self.item_hash = hashlib.sha256(f"{head}, {rubric}]".encode("utf-8")).hexdigest()
 
-    @property
     def prompt(self) -> str:
         """The encoded user prompt, composed from the already-encoded texts (JSON string encoding is
         piecewise: enc(a + b) == enc(a)[:-1] + enc(b)[1:]), so the big texts are not encoded twice."""
-        if self._prompt is None:
-            instruction, response, reference, _, rubric, scale = self.key
-            has_ref = bool(reference and reference.strip())
-            shell = _enc(absolute_prompt(_S_INSTR, _S_RESP, rubric, _S_REF if has_ref else None, scale))
-            parts = ((_S_INSTR, self.instruction), (_S_RESP, self.response)) + (
-                ((_S_REF, self.reference),) if has_ref else ())
-            if all(shell.count(s) == 1 for s, _ in parts):
-                for s, enc in parts:
-                    shell = shell.replace(s, enc[1:-1])
-                self._prompt = shell
-            else:  # a sentinel inside the rubric text: encode the whole prompt
-                self._prompt = _enc(absolute_prompt(instruction, response, rubric, reference, scale))
-        return self._prompt
+        instruction, response, reference, _, rubric, scale = self.key
+        has_ref = bool(reference and reference.strip())
+        shell = _prompt_shell(rubric, scale, has_ref)
+        if shell is None:
+            return _enc(absolute_prompt(instruction, response, rubric, reference, scale))
+        texts = (self.instruction, self.response, self.reference)[:2 + has_ref]
+        out = [shell[0]]
+        for text, after in zip(texts, shell[1:]):
+            out += (text[1:-1], after)
+        return "".join(out)
+
+    def blocks(self) -> tuple[bytes, bytes, bytes]:
+        """The item's share of each output line, UTF-8: the messages up to the end of the user prompt, the
+        fields from `instruction` to the `rubric` key, and the rubric as it is (the writer uses it unless
+        other rubrics of the build have other score levels)."""
+        if self._blocks is None:
+            self._blocks = (
+                (_SYSTEM_MSG + self.prompt()).encode("utf-8"),
+                "".join((',"instruction":', self.instruction, ',"system_prompt":', self.system_prompt,
+                         ',"response":', self.response, ',"reference_answer":', self.reference,
+                         ',"rubric":')).encode("utf-8"),
+                self.rubric.encode("utf-8"))
+        return self._blocks
 
     def matches(self, j: Judgment) -> bool:
         """Same item? Identity first: samples of one parsed line share their string objects."""
@@ -86,51 +153,39 @@ class ItemCache:
                                                         j.system_prompt, j.rubric, j.scale)))
 
 
-_names: dict[str | None, str] = {}
+_names = _Bounded()
 
 
 def _name(value: str | None) -> str:
     """Encoding of a short repeated value (model, judge, source, category), memoised."""
     enc = _names.get(value)
-    if enc is None:
-        if len(_names) > 100_000:  # bounded: free-text categories must not grow it forever
-            _names.clear()
-        enc = _names[value] = _enc(value)
-    return enc
+    return enc if enc is not None else _names.put(value, _enc(value))
 
 
-def content_hash(j: Judgment, cache: ItemCache) -> str:
-    """== j.content_hash(), reusing the item's encoded prefix."""
+def content_hash(j: Judgment, cache: ItemCache, feedback: str | None = None) -> str:
+    """== j.content_hash(), reusing the item's encoded prefix (and the feedback's encoding, if given)."""
     h = cache.hash_prefix.copy()
-    h.update(f"{_enc(j.feedback)}, {j.score}]".encode("utf-8"))
+    h.update(f"{feedback or _enc(j.feedback)}, {j.score}]".encode("utf-8"))
     return h.hexdigest()
 
 
-def compact(value) -> str:
-    """The output lines' JSON encoding of a small value (rubric, extra)."""
-    return _compact(value)
+def compact(value) -> bytes:
+    """The output lines' JSON encoding of a small value (rubric, extra), UTF-8."""
+    return _compact(value).encode("utf-8")
 
 
-def sft_line(j: Judgment, cache: ItemCache, chash: str, rubric_json: str, extra_json: str) -> str:
-    """== dumps_record(to_sft()) with `rubric` and `extra` replaced by the given encodings
-    (key-normalised for Arrow)."""
-    item_id = j.item_id or (cache.item_hash or j.item_hash())[:16]
+def encode(j: Judgment, cache: ItemCache) -> tuple[str, Parts]:
+    """(content hash, the line's parts) of a judgment whose item_id is set."""
     feedback = _enc(j.feedback)
+    chash = content_hash(j, cache, feedback)
     if j.feedback == j.feedback.strip():  # the target is the feedback plus its verdict: reuse the encoding
         target = f"{feedback[:-1]} {RESULT_MARKER} {j.score}\""
     else:
         target = _enc(assistant_target(j.feedback, j.score))
-    return "".join((
-        '{"id":', _enc(chash[:16]),
-        ',"messages":', _SYSTEM_MSG, cache.prompt,
-        '},{"role":"assistant","content":', target, "}]",
-        ',"item_id":', _enc(item_id),
-        ',"sample_idx":', str(j.sample_idx),
-        ',"instruction":', cache.instruction,
-        ',"system_prompt":', cache.system_prompt,
-        ',"response":', cache.response,
-        ',"reference_answer":', cache.reference,
-        ',"rubric":', rubric_json,
+    head = f'{{"id":"{chash[:16]}","messages":'.encode("utf-8")
+    mid = "".join(('},{"role":"assistant","content":', target, '}],"item_id":', _enc(j.item_id or cache.item_hash[:16]),
+                   ',"sample_idx":', str(j.sample_idx))).encode("utf-8")
+    tail = "".join((
         ',"scale":[', str(j.scale.lo), ",", str(j.scale.hi), "]",
         ',"feedback":', feedback,
         ',"score":', str(j.score),
@@ -138,8 +193,76 @@ def sft_line(j: Judgment, cache: ItemCache, chash: str, rubric_json: str, extra_
         ',"judge_model":', _name(j.judge_model),
         ',"source":', _name(j.source),
         ',"category":', _name(j.category),
-        ',"content_hash":', _enc(chash),
+        ',"content_hash":"', chash, '"',
         ',"template_version":', _TEMPLATE_VERSION,
-        ',"extra":', extra_json,
-        "}",
-    ))
+        ',"extra":',
+    )).encode("utf-8")
+    return chash, (head, cache.blocks(), mid, tail)
+
+
+# Where a judgment's parts lie in a spool file: (path, item messages start, messages end = fields start,
+# fields end = rubric start, rubric end, sample head start, head end = mid start, mid end = tail start, tail end).
+Ref = tuple[str, int, int, int, int, int, int, int, int]
+
+
+class SpoolWriter:
+    """Appends encoded line parts to a file (in the process that parsed them), so that they reach the
+    writer through the page cache instead of being pickled through a pipe. Samples of one item, which
+    come one after the other, share one copy of the item's blocks."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._f = open(path, "wb", buffering=1 << 20)
+        self._pos = 0
+        self._item: tuple = (None, None)  # (blocks, their offsets): the item of the previous sample
+
+    def _append(self, pieces) -> list[int]:
+        """Offsets of the start and of each piece's end."""
+        offsets = [self._pos]
+        for piece in pieces:
+            self._pos += len(piece)
+            offsets.append(self._pos)
+        self._f.writelines(pieces)
+        return offsets
+
+    def add(self, parts: Parts) -> Ref:
+        head, blocks, mid, tail = parts
+        if blocks is not self._item[0]:
+            self._item = (blocks, self._append(blocks))
+        return (self.path, *self._item[1], *self._append((head, mid, tail)))
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class Spool:
+    """The directory of spool files of one build, and the writer's view of them."""
+
+    def __init__(self, directory: str | Path):
+        self.dir = Path(directory)
+        self._files = 0
+        self._views: dict[str, memoryview] = {}
+
+    def new_file(self) -> str:
+        self._files += 1
+        return str(self.dir / f"{self._files}.bin")
+
+    def _view(self, path: str) -> memoryview:
+        view = self._views.get(path)
+        if view is None:
+            with open(path, "rb") as f:  # mapped, not read: the pieces go from the page cache to the output
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            view = self._views[path] = memoryview(mm)
+        return view
+
+    def line(self, ref: Ref, rubric: bytes | None, extra: bytes) -> tuple:
+        """One output line (with its newline) as pieces to write: == dumps_record(to_sft()) + "\\n" with
+        `rubric` (None: the spooled one) and `extra` replaced by the given encodings (key-normalised for Arrow)."""
+        path, m0, m1, m2, m3, s0, s1, s2, s3 = ref
+        v = self._view(path)
+        if rubric is None:
+            return v[s0:s1], v[m0:m1], v[s1:s2], v[m1:m3], v[s2:s3], extra, b"}\n"
+        return v[s0:s1], v[m0:m1], v[s1:s2], v[m1:m2], rubric, v[s2:s3], extra, b"}\n"
+
+    def close(self) -> None:
+        self._views.clear()  # the maps close once the last slice of them is gone

@@ -66,22 +66,30 @@ def test_mixed_sources_lines_are_canonical(tmp_path, policy):
 def test_edge_cases_match_the_reference(tmp_path):
     """A placeholder-like string in the rubric, a blank reference, typed extras (True vs 1), non-BMP text."""
     from judgeforge.data.build import Kept, encode_lines
-    from judgeforge.data.records import ItemCache, content_hash
+    from judgeforge.data.records import ItemCache, Spool, SpoolWriter, content_hash, encode
     from judgeforge.data.templates import Rubric, Scale
 
     rubric = Rubric("Uses @@jf-instruction-4c1d@@ well?", {1: "bad", 2: "ok \U0001f600"})
     js = [Judgment("Q \u2028 line", "A \"x\"", rubric, "fb", 2, Scale(1, 2), reference_answer="  ",
                    extra={"flag": True}),
           Judgment("Q2", "A2", Rubric("c"), "fb2", 1, Scale(1, 2), reference_answer="ref", extra={"flag": 1}),
-          Judgment("Q3", "A3", Rubric("c"), "fb3", 1, Scale(1, 2), extra={"flag": [1, 2]})]
+          Judgment("Q3", "A3", Rubric("c"), " fb3\n", 1, Scale(1, 2), extra={"flag": [1, 2]}),
+          Judgment("Q4", "A4", Rubric("c"), "fb4", 1, Scale(1, 2), extra={"flag": 1.0})]
     kept = []
+    spool = Spool(tmp_path)
+    writer = SpoolWriter(spool.new_file())
     for j in js:
         cache = ItemCache(j)
         j.item_id = cache.item_hash[:16]
         assert content_hash(j, cache) == j.content_hash() and cache.item_hash == j.item_hash()
-        kept.append(Kept(j, cache, j.content_hash(), (0, 0, 0)))
-    lines = list(encode_lines(kept, ["criteria", "score1_description", "score2_description"], ["flag"]))
-    for line, j in zip(lines, js):
+        chash, parts = encode(j, cache)
+        assert chash == j.content_hash()
+        kept.append(Kept(j, writer.add(parts), chash, (0, 0, 0)))
+    writer.close()
+    text = b"".join(encode_lines(kept, spool, ["criteria", "score1_description", "score2_description"], ["flag"]))
+    lines = text.decode("utf-8").split("\n")
+    assert lines.pop() == ""
+    for line, j in zip(lines, js, strict=True):
         ref = j.to_sft()
         ref["rubric"] = {k: ref["rubric"].get(k) for k in ("criteria", "score1_description", "score2_description")}
-        assert line == dumps_record(ref) + "\n"
+        assert line == dumps_record(ref)
