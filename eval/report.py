@@ -175,9 +175,10 @@ def _comparisons(preds_by: dict, judges: list[str], baseline: str, sets: list[di
                                                     ref, **boot) for v in variants}
             elif s["kind"] == "pairwise" and a.get("absolute") and b.get("absolute"):
                 res[name] = {}
+                ra, rb = _aligned(a["absolute"], b["absolute"])
                 for v in variants:
-                    ca, human, _ = absolute_choices(a["absolute"], v, scale_of[name])
-                    cb, _, _ = absolute_choices(b["absolute"], v, scale_of[name])
+                    ca, human, _ = absolute_choices(ra, v, scale_of[name])
+                    cb, _, _ = absolute_choices(rb, v, scale_of[name])
                     res[name][v] = M.paired_accuracy_difference(ca, cb, human, **boot)
         out[judge] = res
     return out
