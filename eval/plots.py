@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from judgeforge.data.templates import Scale
-from judgeforge.eval.report import PROB_VARIANTS, primary_variant, unit_score
+from judgeforge.eval.report import FORCED, PROB_VARIANTS, primary_variant, unit_score
 
 
 def _slug(*parts: str) -> str:
@@ -37,14 +37,17 @@ def write_plots(metrics: dict, preds: list[dict], out: Path) -> list[Path]:
     for s in abs_sets:
         scale = Scale.parse(s["scale"])
         for judge, res in metrics["results"].items():
-            rep = res.get(s["name"], {}).get(pv)
-            if not rep:
-                continue
             recs = [r for r in preds if r["judge"] == judge and r["set"] == s["name"] and r["mode"] == "absolute"]
-            written.append(_scatter(plt, recs, pv, scale, rep, out / f"scatter__{_slug(judge, s['name'])}.png",
-                                    f"{judge} ({pv}) vs {s['reference']} on {s['name']}"))
-            written.append(_confusion(plt, rep["confusion"], out / f"confusion__{_slug(judge, s['name'])}.png",
-                                      f"{judge} ({pv}) on {s['name']}", s["reference"]))
+            # The headline vote, plus the forced score (the only number an untrained judge yields).
+            for v in [pv] + [x for x in (FORCED,) if x in metrics["meta"]["variants"]]:
+                rep = res.get(s["name"], {}).get(v)
+                if not rep:
+                    continue
+                tag = _slug(judge, s["name"], v)
+                written.append(_scatter(plt, recs, v, scale, rep, out / f"scatter__{tag}.png",
+                                        f"{judge} ({v}) vs {s['reference']} on {s['name']}"))
+                written.append(_confusion(plt, rep["confusion"], out / f"confusion__{tag}.png",
+                                          f"{judge} ({v}) on {s['name']}", s["reference"]))
         written.append(_categories(plt, metrics, s["name"], pv, out / f"categories__{_slug(s['name'])}.png"))
     written.append(_ablation(plt, metrics, out / "n_ablation.png"))
     return [p for p in written if p is not None]

@@ -92,7 +92,8 @@ def test_run_writes_report_from_metrics(tmp_path, vendor, fake_engine):
     m = R.run_eval(cfg, command="judgeforge eval test")
     out = tmp_path / "report"
     for name in ("report.md", "metrics.json", "predictions.jsonl", "config.yaml", "plots/n_ablation.png",
-                 "plots/scatter__base__vicuna.png", "plots/confusion__good__vicuna.png",
+                 "plots/scatter__base__vicuna__n3.png", "plots/confusion__good__vicuna__n3.png",
+                 "plots/scatter__base__vicuna__forced.png",
                  "plots/categories__vicuna.png"):
         assert (out / name).is_file(), name
     metrics = json.loads((out / "metrics.json").read_text())
