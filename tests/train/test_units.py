@@ -184,3 +184,19 @@ def test_num_gpus_wraps_accelerate_launch(tmp_path, monkeypatch):
     assert cmd[cmd.index("--num_processes") + 1] == "4"
     assert Path(cmd[cmd.index("--deepspeed_config_file") + 1]).is_file()
     assert cmd[cmd.index("-m", 3):][:2] == ["-m", "judgeforge.train.run"] and cmd[-5:] == argv
+
+
+def test_wandb_offline_without_a_key_and_off_when_disabled(tmp_path, monkeypatch):
+    from judgeforge.train import run
+
+    cfg = load_config(TrainConfig, REPO / "configs/train/default.yaml", [f"out={tmp_path / 'run'}"])
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    run._setup_tracking(cfg, tmp_path / "run")
+    assert run.os.environ["WANDB_MODE"] == "offline" and run.os.environ["WANDB_DIR"] == str(tmp_path / "run")
+    assert run.sft_args(cfg, tmp_path, has_eval=True).report_to == ["wandb"]
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # what the test suite sets
+    args = run.sft_args(cfg, tmp_path, has_eval=False)
+    assert args.report_to == []
+    assert args.completion_only_loss is True and args.max_length is None  # judgeforge drops, never truncates
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (1, 4)
