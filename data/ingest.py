@@ -1,17 +1,21 @@
 """Parse + validate + hash raw records, in this process or in worker processes.
 
-`process(raw, parse, ctx)` is the per-record hot path. Large JSONL inputs are
-cut into byte ranges that worker processes read and process themselves (no raw
-text crosses a pipe); results come back in input order, so a parallel build is
-byte-identical to a serial one. Deduplication and every later decision stay in
-the parent.
+`process(raw, parse, ctx)` is the per-record hot path: it also encodes each
+kept judgment's output line. Large JSONL inputs are cut into byte ranges that
+worker processes read and process themselves (no raw text crosses a pipe); the
+encoded lines go to spool files (records.SpoolWriter), and the judgments come
+back in input order, so a parallel build is byte-identical to a serial one.
+Deduplication and every later decision stay in the parent.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copyreg
+import dataclasses
 import gc
 import multiprocessing
+import operator
 import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -117,6 +121,15 @@ def gc_paused():
 def _worker_init() -> None:
     gc.freeze()  # objects inherited through fork are never collected here: do not scan them
     gc.disable()
+    # Results travel as pickles: a Judgment as its field tuple pickles ~40% faster than field by field.
+    copyreg.pickle(Judgment, _reduce_judgment)
+
+
+_judgment_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(Judgment)))
+
+
+def _reduce_judgment(j: Judgment):
+    return Judgment, _judgment_fields(j)
 
 
 def default_workers() -> int:

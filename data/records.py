@@ -41,7 +41,7 @@ def _enc(value) -> str:
 
 # Placeholders rendered into the prompt shell, which is then cut at them.
 _S_INSTR, _S_RESP, _S_REF = "@@jf-instruction-4c1d@@", "@@jf-response-4c1d@@", "@@jf-reference-4c1d@@"
-_SYSTEM_MSG = '[{"role":"system","content":' + _enc(ABS_SYSTEM_PROMPT) + '},{"role":"user","content":'
+_SYSTEM_MSG = ('[{"role":"system","content":' + _enc(ABS_SYSTEM_PROMPT) + '},{"role":"user","content":').encode()
 _TEMPLATE_VERSION = _enc(TEMPLATE_VERSION)
 
 # (head, item blocks, mid, tail): one line is head + blocks[0] + mid + blocks[1] + rubric + tail + extra + "}",
@@ -76,15 +76,16 @@ def _cut(shell: str, marks: tuple[str, ...]) -> list[str] | None:
     return pieces + [shell]
 
 
-def _prompt_shell(rubric: Rubric, scale: Scale, has_ref: bool) -> list[str] | None:
-    """The encoded prompt cut at its texts: [before instruction, before response, (before reference,) rest].
-    Memoised: items share rubrics (FastChat's preset, BiGGen's per-capability ones). None when a
-    placeholder occurs in the rubric text itself."""
+def _prompt_shell(rubric: Rubric, scale: Scale, has_ref: bool) -> list[bytes] | None:
+    """The encoded prompt (UTF-8) cut at its texts: [before instruction, before response, (before
+    reference,) rest]. Memoised: items share rubrics (FastChat's preset, BiGGen's per-capability ones).
+    None when a placeholder occurs in the rubric text itself."""
     key = (rubric.criteria, tuple(rubric.descriptions.items()), scale, has_ref)
     pieces = _shells.get(key)
     if pieces is None:
         shell = _enc(absolute_prompt(_S_INSTR, _S_RESP, rubric, _S_REF if has_ref else None, scale))
-        pieces = _shells.put(key, _cut(shell, (_S_INSTR, _S_RESP, _S_REF)[:2 + has_ref]) or False)
+        cut = _cut(shell, (_S_INSTR, _S_RESP, _S_REF)[:2 + has_ref])
+        pieces = _shells.put(key, [p.encode("utf-8") for p in cut] if cut else False)
     return pieces or None
 
 
@@ -99,51 +100,61 @@ def _rubric_encodings(rubric: Rubric) -> tuple[str, str]:
             "{" + ",".join(f"{k}:{v}" for k, v in pairs) + "}")
 
 
+def _utf8(value) -> bytes:
+    return _enc(value).encode("utf-8")
+
+
 class ItemCache:
-    """Encodings shared by every sample of one graded item."""
+    """Encodings (UTF-8 JSON) shared by every sample of one graded item."""
 
     __slots__ = ("key", "instruction", "response", "reference", "system_prompt", "rubric", "hash_prefix",
                  "item_hash", "_blocks")
 
     def __init__(self, j: Judgment):
         self.key = (j.instruction, j.response, j.reference_answer, j.system_prompt, j.rubric, j.scale)
-        self.instruction = _enc(j.instruction)
-        self.response = _enc(j.response)
-        self.reference = _enc(j.reference_answer)
-        self.system_prompt = _enc(j.system_prompt)
+        self.instruction = _utf8(j.instruction)
+        self.response = _utf8(j.response)
+        self.reference = _utf8(j.reference_answer)
+        self.system_prompt = _utf8(j.system_prompt)
         self._blocks: tuple[bytes, bytes, bytes] | None = None  # on first use: rejected items never need them
-        rubric, self.rubric = _rubric_encodings(j.rubric)
-        # Judgment.content_hash / item_hash payloads: json.dumps([...]) with default separators.
-        head = f"[{self.instruction}, {self.response}, {self.reference}"
-        self.hash_prefix = hashlib.sha256(
-            f"{head}, {self.system_prompt}, {rubric}, [{j.scale.lo}, {j.scale.hi}], ".encode("utf-8"))
-        self.item_hash = hashlib.sha256(f"{head}, {rubric}]".encode("utf-8")).hexdigest()
+        rubric, compact_rubric = _rubric_encodings(j.rubric)
+        self.rubric = compact_rubric.encode("utf-8")
+        # Judgment.content_hash / item_hash payloads: json.dumps([...]) with default separators. Both start
+        # with the big texts: hash them once and branch.
+        head = hashlib.sha256(b"[")
+        for text in (self.instruction, b", ", self.response, b", ", self.reference):
+            head.update(text)
+        self.hash_prefix = head.copy()
+        self.hash_prefix.update(b", " + self.system_prompt)
+        self.hash_prefix.update(f", {rubric}, [{j.scale.lo}, {j.scale.hi}], ".encode("utf-8"))
+        head.update(f", {rubric}]".encode("utf-8"))
+        self.item_hash = head.hexdigest()
 
-    def prompt(self) -> str:
+    def prompt(self) -> bytes:
         """The encoded user prompt, composed from the already-encoded texts (JSON string encoding is
         piecewise: enc(a + b) == enc(a)[:-1] + enc(b)[1:]), so the big texts are not encoded twice."""
         instruction, response, reference, _, rubric, scale = self.key
         has_ref = bool(reference and reference.strip())
         shell = _prompt_shell(rubric, scale, has_ref)
         if shell is None:
-            return _enc(absolute_prompt(instruction, response, rubric, reference, scale))
+            return _utf8(absolute_prompt(instruction, response, rubric, reference, scale))
         texts = (self.instruction, self.response, self.reference)[:2 + has_ref]
         out = [shell[0]]
         for text, after in zip(texts, shell[1:]):
-            out += (text[1:-1], after)
-        return "".join(out)
+            out += (memoryview(text)[1:-1], after)  # without the quotes, uncopied
+        return b"".join(out)
 
     def blocks(self) -> tuple[bytes, bytes, bytes]:
-        """The item's share of each output line, UTF-8: the messages up to the end of the user prompt, the
+        """The item's share of each output line: the messages up to the end of the user prompt, the
         fields from `instruction` to the `rubric` key, and the rubric as it is (the writer uses it unless
         other rubrics of the build have other score levels)."""
         if self._blocks is None:
             self._blocks = (
-                (_SYSTEM_MSG + self.prompt()).encode("utf-8"),
-                "".join((',"instruction":', self.instruction, ',"system_prompt":', self.system_prompt,
-                         ',"response":', self.response, ',"reference_answer":', self.reference,
-                         ',"rubric":')).encode("utf-8"),
-                self.rubric.encode("utf-8"))
+                _SYSTEM_MSG + self.prompt(),
+                b"".join((b',"instruction":', self.instruction, b',"system_prompt":', self.system_prompt,
+                          b',"response":', self.response, b',"reference_answer":', self.reference,
+                          b',"rubric":')),
+                self.rubric)
         return self._blocks
 
     def matches(self, j: Judgment) -> bool:

@@ -95,12 +95,23 @@ def stated_scores(text: str) -> list[float]:
         found += _OVERALL_RE.findall(lower)
     if ("/" in lower or "out of" in lower) and (has_score or "rate" in lower or "grade" in lower):
         found += _OUT_OF_RE.findall(lower)
-    if "give" in lower or "assign" in lower or "award" in lower or "rate " in lower:
+    # A counted "rate" needs a subject (ending in a space) before it: " rate" skips "accurate", "generate".
+    if "give" in lower or "assign" in lower or "award" in lower or (" rate" in lower and "rate " in lower):
         found += [m.group(1) for m in _GIVE_RE.finditer(lower)
                   if lower[max(0, m.start() - 9):m.start()].endswith(_SUBJECTS)]
-    if has_score:
+    if has_score and _may_close_with_score(text[-_TAIL:]):
         found += _CLOSING_SCORE_RE.findall(text[-_TAIL:])
     return sorted({float(m) for m in found})
+
+
+def _may_close_with_score(tail: str) -> bool:
+    """Cheap necessary condition for _CLOSING_SCORE_RE: a colon, and a digit before the trailing `.`/spaces."""
+    if ":" not in tail:
+        return False
+    end = tail.rstrip()
+    if end.endswith("."):
+        end = end[:-1].rstrip()
+    return end[-1:].isdigit()
 
 
 def check_feedback_score(feedback: str, score: int) -> None:
@@ -126,7 +137,7 @@ def clean_feedback(text: str) -> str:
     text = text.rstrip()
     if "]]" in text[-_TAIL:]:
         text = _strip_tail(text, _TRAILING_RATING_RE)
-    if ":" in text[-_TAIL:]:
+    if _may_close_with_score(text[-_TAIL:]):
         text = _strip_tail(text, _TRAILING_SCORE_RE)
     return text.strip()
 
