@@ -117,8 +117,11 @@ class VLLMEngine(LoopThreadEngine):
                       score_logprobs=lps)
 
     def close(self) -> None:
-        self._stop_loop()
         engine = getattr(self, "_engine", None)
         if engine is not None:
-            engine.shutdown()
+            async def shutdown():  # on the engine loop, which owns AsyncLLM's output handler
+                engine.shutdown()
+
+            self._submit(shutdown()).result(timeout=60)
             self._engine = None
+        self._stop_loop()

@@ -84,8 +84,8 @@ class Judge:
     # --- rounds: pure bookkeeping around the engine call ---------------------------
     def _next(self, req: SampleRequest, slots: SampleSlots) -> SampleRequest | None:
         k = slots.to_resample(self.sampling.max_resample_rounds)
-        if k == 0:
-            return None
+        if k == 0 or (slots.rounds and req.temperature == 0):
+            return None  # a greedy re-sample would repeat the same failure
         seed = None if req.seed is None else req.seed + RESEED_STRIDE * slots.rounds
         return replace(req, n=k, seed=seed)
 

@@ -249,3 +249,11 @@ def test_engine_side_validation_error_is_422_not_500(monkeypatch):
     with TestClient(app) as c:
         r = c.post("/v1/grade", json=BODY, headers=AUTH)
         assert r.status_code == 422 and "n must be 1" in r.text
+
+
+def test_greedy_failures_are_not_resampled(monkeypatch):
+    monkeypatch.delenv("JUDGEFORGE_API_KEY", raising=False)
+    app, engine = make(FakeEngine(texts=["no verdict"]))
+    with TestClient(app) as c:
+        d = c.post("/v1/grade", json={**BODY, "temperature": 0}, headers=AUTH).json()
+    assert d["score"] is None and d["n_sampled"] == 3 and [r.n for r in engine.calls] == [3]
