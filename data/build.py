@@ -13,6 +13,7 @@ in exactly one bucket, and the manifest proves the arithmetic:
 
 from __future__ import annotations
 
+import operator
 import sys
 import tempfile
 from collections import Counter
@@ -34,6 +35,7 @@ from judgeforge.data.validate import DUPLICATE, REASONS, Reject
 from judgeforge.io import atomic_dir, atomic_write_json, dumps_record, sha256_file, sha256_text
 
 BUCKETS = ("train", "test", "dropped_by_policy", "dropped_by_split", "decontaminated")
+_order = operator.attrgetter("order")
 
 
 @dataclass(slots=True)
@@ -255,7 +257,7 @@ def _build(cfg: BuildConfig, out: Path, spool: Spool) -> dict:
         for k in records:
             counts[k.j.source].buckets[bucket] += 1
     for records in buckets.values():
-        records.sort(key=lambda k: k.order)
+        records.sort(key=_order)
 
     manifest = _manifest(cfg, inputs, counts, buckets, test_models, decon_info)
     _write(cfg, out, spool, buckets, rejects, manifest)

@@ -46,7 +46,7 @@ _TEMPLATE_VERSION = _enc(TEMPLATE_VERSION)
 
 # (head, item blocks, mid, tail): one line is head + blocks[0] + mid + blocks[1] + rubric + tail + extra + "}",
 # where rubric is blocks[2] or the rubric normalised to the build's keys.
-# The blocks are shared by the samples of one item (and pickled once with them).
+# The blocks are shared by the samples of one item (and spooled once for them).
 Parts = tuple[bytes, tuple[bytes, bytes, bytes], bytes, bytes]
 
 
