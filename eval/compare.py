@@ -73,7 +73,9 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 1000, seed: int 
                 d = _paired(pa, pb, ja, jb, s, v, boot)
                 diff = None if va is None or vb is None else vb - va
                 ci = f"[{_f(d['lo'])}, {_f(d['hi'])}]" if d and d["lo"] is not None else ""
-                sig = ("forgetting" if d["forgetting"] else "yes") if d and d["significant"] else ("no" if d else "")
+                has_ci = bool(d and d["lo"] is not None)
+                sig = ("forgetting" if d["forgetting"] else "yes") if has_ci and d["significant"] else (
+                    "no" if has_ci else "")
                 rows.append([s["name"], f"{ja} → {jb}", _label(v), metric, _f(va), _f(vb), _f(diff), ci, sig,
                              f"{_f(fa)} → {_f(fb)}"])
     head = ["set", "judges (A → B)", "variant", "metric", "A", "B", "B − A", "paired 95% CI", "significant",
