@@ -102,6 +102,8 @@ def test_parallel_build_is_byte_identical_to_serial(tmp_path, monkeypatch):
         run_build(cfg, tmp_path / f"w{workers}")
     for name in ("train.jsonl", "test.jsonl", "rejects.jsonl", "dropped.jsonl", "manifest.json"):
         assert (tmp_path / "w1" / name).read_bytes() == (tmp_path / "w2" / name).read_bytes(), name
+    # The spool of encoded lines (beside the output) is gone once the build is done.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "w1", "w2"]
     m = json.loads((tmp_path / "w2" / "manifest.json").read_text())
     assert m["counts"]["read"] == 803 and m["counts"]["by_reason"]["duplicate"] == 1
     rejects = [json.loads(x) for x in (tmp_path / "w2" / "rejects.jsonl").read_text().splitlines()]

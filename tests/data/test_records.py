@@ -93,3 +93,31 @@ def test_edge_cases_match_the_reference(tmp_path):
         ref = j.to_sft()
         ref["rubric"] = {k: ref["rubric"].get(k) for k in ("criteria", "score1_description", "score2_description")}
         assert line == dumps_record(ref)
+
+
+@pytest.mark.parametrize("levels", [[(1, 2), (1, 2)], [(1, 2), (1, 2, 3)], [(-2, -1), (1, 2)], [(-2, -1), (-2, -1)]])
+def test_rubric_keys_are_normalised_or_reused(tmp_path, levels):
+    """The spooled rubric is reused only when its keys are the build's keys, in their order (negative score
+    levels sort differently in the key union); otherwise the writer normalises it."""
+    from judgeforge.data.build import Kept, _key_union, encode_lines
+    from judgeforge.data.records import ItemCache, Spool, SpoolWriter, encode
+    from judgeforge.data.templates import Rubric, Scale
+
+    spool = Spool(tmp_path)
+    writer = SpoolWriter(spool.new_file())
+    js, kept = [], []
+    for i, lv in enumerate(levels):
+        rubric = Rubric(f"c{i}", {n: f"d{n}" for n in lv})
+        j = Judgment(f"Q{i}", f"A{i}", rubric, "fb", lv[0], Scale(min(lv), max(lv)))
+        cache = ItemCache(j)
+        j.item_id = cache.item_hash[:16]
+        chash, parts = encode(j, cache)
+        js.append(j)
+        kept.append(Kept(j, writer.add(parts), chash, (0, i, 0)))
+    writer.close()
+    keys = _key_union(j.rubric.to_dict() for j in js)
+    lines = b"".join(encode_lines(kept, spool, keys, [])).decode("utf-8").splitlines()
+    for line, j in zip(lines, js, strict=True):
+        ref = j.to_sft()
+        ref["rubric"] = {k: ref["rubric"].get(k) for k in keys}
+        assert line == dumps_record(ref)

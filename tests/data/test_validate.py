@@ -34,6 +34,10 @@ def test_coerce_rejects_with_reason(value, reason):
     ("The response deserves a score of 4/5 overall.", [4.0]),
     ("Decent work. Score: 4", [4.0]),
     ("rated 7 out of 10", [7.0]),
+    # The scans' cheap prefilters must not hide these (accurate/generate hold "rate", "4." ends a closing score).
+    ("Accurate and well argued, so I rate this 3", [3.0]),
+    ("It is accurate. We would rate it a 5.", [5.0]),
+    ("Clear and accurate. Score: 4.  \n", [4.0]),
 ])
 def test_stated_scores_finds_verdicts(text, stated):
     assert stated_scores(text) == stated
@@ -46,6 +50,8 @@ def test_stated_scores_finds_verdicts(text, stated):
     "According to the rubric, this response would be a Score 2, as it does provide an example",
     'the equation "(2b/5) = (20a + 8)/5" simplifies to "4b = 4a + 8/5"',
     "It lists 3 reasons and 5 examples.",
+    "An accurate 5 step plan; the generate 4 call is right.",
+    "The score: 4 points are missing.",
 ])
 def test_stated_scores_ignores_rubric_citations(text):
     assert stated_scores(text) == []
@@ -80,6 +86,8 @@ def test_real_feedback_is_not_over_flagged(vendor):
     ('Fine, as follows: "Rating: [[8]]".', "Fine, as follows:"),
     ("It is the overall score: 4", "It is the overall score: 4"),
     ("No verdict here.", "No verdict here."),
+    ("Good. Rating: 5 .\n", "Good."),
+    ("Good. Rating: 5 stars", "Good. Rating: 5 stars"),
 ])
 def test_clean_feedback(text, clean):
     assert clean_feedback(text) == clean
