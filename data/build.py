@@ -228,7 +228,7 @@ def run_build(cfg: BuildConfig, out: str | Path | None = None) -> dict:
         raise ConfigError("no sources: set `sources` in the config or pass --input FORMAT:PATH")
     out = Path(out if out is not None else cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    # Beside the output: the spool is about as big as the output, on the file system that must hold it.
+    # Beside the output: the spool (over half the output's size) goes on the file system that must hold it.
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.spool-") as tmp, gc_paused():
         spool = Spool(tmp)
         try:

@@ -56,6 +56,7 @@ def process(raw: Raw, parse, ctx: Context) -> list[Entry]:
 
 
 def spooled(entries: list[Entry], spool: SpoolWriter) -> list[Spooled]:
+    """The entries with their encoded parts written to `spool` and replaced by their place there."""
     return [(i, res, chash, parts and spool.add(parts)) for i, res, chash, parts in entries]
 
 
