@@ -119,21 +119,24 @@ def vllm_cfg(model="default", **kw):
                         max_num_seqs=256, **kw)
 
 
-def phase_vllm(items, a, runs):
+def phase_vllm(items, warm, a, runs):
     from judgeforge.serve.engines import build_engine
     from judgeforge.serve.judge import Judge
 
     with build_engine(vllm_cfg()) as eng:
         judge = Judge(eng, sampling(a.max_tokens))
-        batch_run(eng, judge, items[:4], 2)  # warm-up (compilation, caches)
-        runs["vllm_n1"] = batch_run(eng, judge, items, 1)
-        runs["vllm_n5"] = batch_run(eng, judge, items, 5)
-        runs["vllm_5sep"] = batch_run(eng, judge, items, 5, separate=True)
+        batch_run(eng, judge, warm, 2)  # warm-up (compilation)
+        # Every batch run starts with a cold prefix cache (sharing WITHIN a run is what's measured).
+        for key, n, sep in (("vllm_n1", 1, False), ("vllm_n5", 5, False), ("vllm_5sep", 5, True)):
+            eng.reset_prefix_cache()
+            runs[key] = batch_run(eng, judge, items, n, separate=sep)
+        # Mirrors the server runs exactly: cold cache, n=1, then n=5 on the same (now cached) prompts.
+        eng.reset_prefix_cache()
         runs["vllm_async_n1"] = concurrent_run(eng, judge, items, 1)
         runs["vllm_async_n5"] = concurrent_run(eng, judge, items, 5)
 
 
-def phase_server(bodies, a, runs, log_dir: Path):
+def phase_server(bodies, warm, a, runs, log_dir: Path):
     import secrets
 
     from judgeforge.serve.testing import ServerProcess
@@ -146,14 +149,14 @@ def phase_server(bodies, a, runs, log_dir: Path):
                         log=log_dir / "server.log")
     try:
         srv.wait_ready(900)
-        server_run(srv.url, key, bodies[:4], 2, a.max_tokens)  # warm-up
+        server_run(srv.url, key, warm, 2, a.max_tokens)  # warm-up; measured prompts stay uncached
         runs["server_n1"] = server_run(srv.url, key, bodies, 1, a.max_tokens)
         runs["server_n5"] = server_run(srv.url, key, bodies, 5, a.max_tokens)
     finally:
         srv.stop()
 
 
-def phase_hf(items, a, runs):
+def phase_hf(items, warm, a, runs):
     from judgeforge.serve.config import EngineConfig
     from judgeforge.serve.engines import build_engine
     from judgeforge.serve.judge import Judge
@@ -161,7 +164,7 @@ def phase_hf(items, a, runs):
     cfg = EngineConfig(kind="transformers", batch_size=a.hf_batch, cpu_threads=a.hf_threads)
     with build_engine(cfg) as eng:
         judge = Judge(eng, sampling(a.max_tokens))
-        batch_run(eng, judge, items[:2], 1)  # warm-up
+        batch_run(eng, judge, warm[:2], 1)  # warm-up
         runs["hf_n1"] = batch_run(eng, judge, items, 1)
         runs["hf_n5"] = batch_run(eng, judge, items, 5)
 
@@ -284,7 +287,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="also dump raw timings here")
     a = ap.parse_args(argv)
     parts = set(a.parts.split(",")) | ({"lora"} if a.lora else set())
-    bodies, items, gpt4 = load_prompts(a.prompts)
+    bodies, items, gpt4 = load_prompts(a.prompts + 4)
+    warm_bodies, warm_items = bodies[a.prompts:], items[a.prompts:]  # warm-ups never touch measured prompts
+    bodies, items, gpt4 = bodies[:a.prompts], items[:a.prompts], gpt4[:a.prompts]
     from judgeforge.models import resolve_model
     from judgeforge.serve.engines import load_tokenizer, prompt_token_ids
 
@@ -294,9 +299,9 @@ def main(argv=None) -> int:
     started = dt.datetime.now(dt.timezone.utc)
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as work:
-        for part, fn in (("vllm", lambda: phase_vllm(items, a, runs)),
-                         ("server", lambda: phase_server(bodies, a, runs, Path(work))),
-                         ("hf", lambda: phase_hf(items, a, runs)),
+        for part, fn in (("vllm", lambda: phase_vllm(items, warm_items, a, runs)),
+                         ("server", lambda: phase_server(bodies, warm_bodies, a, runs, Path(work))),
+                         ("hf", lambda: phase_hf(items, warm_items, a, runs)),
                          ("lora", lambda: phase_lora(items, a, runs, Path(work)))):
             if part in parts:
                 t = time.perf_counter()

@@ -165,9 +165,9 @@ def create_app(cfg: ServeConfig, engine: JudgeEngine) -> FastAPI:
         """Config limits, rubric/adapter names and context length: all before admission."""
         if not engine_ok():
             raise HTTPException(503, state["reason"] or "engine is dead")
-        if loc_prefix and len(reqs) > cfg.server.max_batch:
-            raise FieldError([loc_prefix], f"{len(reqs)} items; the limit is {cfg.server.max_batch}",
-                             "too_long")
+        limit = min(cfg.server.max_batch, cfg.server.max_in_flight)  # a bigger batch could never be admitted
+        if loc_prefix and len(reqs) > limit:
+            raise FieldError([loc_prefix], f"{len(reqs)} items; the limit is {limit}", "too_long")
         for i, req in enumerate(reqs):
             loc = [loc_prefix, i] if loc_prefix else []
             validate_limits(req, cfg, loc)

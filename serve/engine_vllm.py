@@ -65,6 +65,10 @@ class VLLMEngine(LoopThreadEngine):
     def num_unfinished(self) -> int | None:
         return self._engine.output_processor.get_num_unfinished_requests() if self._engine else None
 
+    def reset_prefix_cache(self) -> bool:
+        """Drop cached prompt prefixes (benchmarks start every run cold)."""
+        return self._submit(self._engine.reset_prefix_cache()).result(timeout=60)
+
     async def _agen(self, req: SampleRequest) -> list[Sample]:
         from vllm import SamplingParams
         from vllm.exceptions import VLLMClientError
