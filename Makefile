@@ -9,7 +9,7 @@ JF := $(VENV)/bin/judgeforge
 EXTRAS ?= cpu,model,train,serve,eval,test
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
-DEMO_DIR ?= runs/demo
+DEMO_DIR := runs/demo
 PYTEST_ARGS ?=
 
 .PHONY: all venv model test test-fast demo bench clean
@@ -38,8 +38,17 @@ test: model
 test-fast: venv
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
+# The whole loop on the embedded default judge: build -> evaluate base -> train -> evaluate trained
+# -> compare -> merge -> serve one real MT-Bench grading over HTTP with n=3.
+# (The eval configs name runs/demo/... and runs/train/default, so DEMO_DIR stays runs/demo.)
 demo: model
 	$(JF) data build --config configs/data/default.yaml --out $(DEMO_DIR)/data
+	$(JF) eval --config configs/eval/default.yaml
+	$(JF) train --config configs/train/default.yaml
+	$(JF) eval --config configs/eval/trained.yaml
+	$(JF) eval compare $(DEMO_DIR)/eval/base $(DEMO_DIR)/eval/trained --out $(DEMO_DIR)/eval/compare.md
+	$(JF) train merge --adapter runs/train/default --out $(DEMO_DIR)/judge
+	$(PY) -m judgeforge.serve.demo --config configs/serve/default.yaml --model $(DEMO_DIR)/judge --n 3
 
 bench: model
 	$(PY) bench/run_all.py
