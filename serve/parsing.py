@@ -65,15 +65,22 @@ def clean_feedback(before: str) -> str:
     return fb
 
 
-def parse_score(text: str, scale: Scale = DEFAULT_SCALE) -> ParseResult:
-    """The integer after the last `[RESULT]`, if it is inside `scale`."""
+def _split_output(text: object) -> "tuple[str, str] | ParseResult":
+    """(feedback, text after the last marker), or the failed ParseResult saying why not."""
     if not isinstance(text, str):
         return ParseResult(reason=f"output is {type(text).__name__}, not text")
     split = _split_last(text)
     if split is None:
         return ParseResult(reason=f"no {RESULT_MARKER} marker", feedback=text.strip())
-    before, after = split
-    feedback = clean_feedback(before)
+    return clean_feedback(split[0]), split[1]
+
+
+def parse_score(text: str, scale: Scale = DEFAULT_SCALE) -> ParseResult:
+    """The integer after the last `[RESULT]`, if it is inside `scale`."""
+    head = _split_output(text)
+    if isinstance(head, ParseResult):
+        return head
+    feedback, after = head
     if not after.strip():
         return ParseResult(reason=f"nothing after the last {RESULT_MARKER}", feedback=feedback)
     m = _SCORE_RE.match(after)
@@ -93,13 +100,10 @@ def parse_score(text: str, scale: Scale = DEFAULT_SCALE) -> ParseResult:
 
 def parse_verdict(text: str) -> ParseResult:
     """"A" or "B" after the last `[RESULT]` (relative grading)."""
-    if not isinstance(text, str):
-        return ParseResult(reason=f"output is {type(text).__name__}, not text")
-    split = _split_last(text)
-    if split is None:
-        return ParseResult(reason=f"no {RESULT_MARKER} marker", feedback=text.strip())
-    before, after = split
-    feedback = clean_feedback(before)
+    head = _split_output(text)
+    if isinstance(head, ParseResult):
+        return head
+    feedback, after = head
     m = _VERDICT_RE.match(after)
     if m is None:
         return ParseResult(reason=f"no A/B verdict after the last {RESULT_MARKER}: {after.strip()[:40]!r}",
