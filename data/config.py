@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from judgeforge.config import Config
 
@@ -81,20 +81,14 @@ class SplitConfig(Config):
 
     test_models: list[str] = []
     """Response models held out for test (exact names)."""
-    test_model_fraction: float = 0.0
+    test_model_fraction: float = Field(0.0, ge=0.0, lt=1.0)
     """If no `test_models`: hold out this fraction of the response models (seeded, at least one when > 0)."""
-    test_instruction_fraction: float = 0.0
+    test_instruction_fraction: float = Field(0.0, ge=0.0, lt=1.0)
     """Also hold out this fraction of instructions (seeded): train never sees them, and records that
     pair a held-out instruction with a train model are dropped (counted as `dropped_by_split`)."""
     seed: int = 42
     """Seed for the fractional hold-outs."""
 
-    @field_validator("test_model_fraction", "test_instruction_fraction")
-    @classmethod
-    def _fraction(cls, v):
-        if not 0.0 <= v < 1.0:
-            raise ValueError(f"fraction must be in [0, 1), got {v}")
-        return v
 
 
 class DecontamConfig(Config):

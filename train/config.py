@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, model_validator
 
 from judgeforge.config import Config
 
@@ -32,11 +32,11 @@ class ModelConfig(Config):
 class LoraSection(Config):
     """PEFT LoRA adapter (the paper: r=256, alpha=512, dropout 0.1)."""
 
-    r: int = 16
+    r: int = Field(16, gt=0)
     """LoRA rank."""
-    alpha: int = 32
+    alpha: int = Field(32, gt=0)
     """LoRA alpha (scaling = alpha / r)."""
-    dropout: float = 0.05
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
     """Dropout on the adapter input of module (nn.Linear) targets. Fused-expert parameter targets
     (transformers 5 Mixtral `experts.gate_up_proj`/`down_proj`) take none: PEFT cannot factor it."""
     target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -46,19 +46,7 @@ class LoraSection(Config):
     bias: Literal["none", "all", "lora_only"] = "none"
     """Which biases are trained."""
 
-    @field_validator("r", "alpha")
-    @classmethod
-    def _positive(cls, v):
-        if v <= 0:
-            raise ValueError(f"must be > 0, got {v}")
-        return v
 
-    @field_validator("dropout")
-    @classmethod
-    def _dropout(cls, v):
-        if not 0.0 <= v < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {v}")
-        return v
 
 
 class SourceSection(Config):
@@ -66,18 +54,12 @@ class SourceSection(Config):
 
     path: str
     """Data-build output directory (holds train.jsonl, test.jsonl, manifest.json)."""
-    fraction: float = 1.0
+    fraction: float = Field(1.0, gt=0.0, le=1.0)
     """Fraction of its training records to use (seeded draw): 1.0 for this round's new data,
     less for replayed earlier rounds."""
     limit: int | None = None
     """At most this many training records from it (after `fraction`)."""
 
-    @field_validator("fraction")
-    @classmethod
-    def _fraction(cls, v):
-        if not 0.0 < v <= 1.0:
-            raise ValueError(f"fraction must be in (0, 1], got {v}")
-        return v
 
 
 class DataSection(Config):
@@ -124,19 +106,13 @@ class OptimSection(Config):
 class CheckpointSection(Config):
     """Checkpoints every `every` steps; a rerun of the same command resumes from the last complete one."""
 
-    every: int = 100
+    every: int = Field(100, gt=0)
     """Save a checkpoint every this many optimizer steps."""
     keep: int | None = 2
     """Keep at most this many checkpoints (None: all)."""
     resume: Literal["auto", "never"] = "auto"
     """auto: continue from the newest complete checkpoint in `out`; never: refuse to reuse a run dir."""
 
-    @field_validator("every")
-    @classmethod
-    def _every(cls, v):
-        if v <= 0:
-            raise ValueError(f"must be > 0, got {v}")
-        return v
 
 
 class TrackingSection(Config):
