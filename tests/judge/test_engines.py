@@ -11,10 +11,10 @@ import pytest
 
 from judgeforge.data.templates import TEMPLATE_VERSION, Scale, absolute_messages, rubric_preset
 from judgeforge.serve.config import EngineConfig, SamplingConfig
-from judgeforge.serve.engines import (PromptTooLong, SampleRequest, TemplateVersionMismatch,
+from judgeforge.judge.engines import (PromptTooLong, SampleRequest, TemplateVersionMismatch,
                                       UnknownAdapter, check_adapters, load_tokenizer,
                                       prompt_token_ids, render_prompt)
-from judgeforge.serve.judge import GradeItem, Judge, Options
+from judgeforge.judge.judge import GradeItem, Judge, Options
 
 MSGS = absolute_messages("What is 2+2?", "4", rubric_preset("reasoning"), "4")
 
@@ -83,7 +83,7 @@ def _mock_endpoint(seen):
 
 
 def test_openai_engine_chat_passes_n_and_logprobs_through(monkeypatch):
-    from judgeforge.serve.engine_openai import OpenAIEngine
+    from judgeforge.judge.engines.openai import OpenAIEngine
 
     monkeypatch.setenv("OPENAI_API_KEY", "endpoint-key")
     seen = []
@@ -101,7 +101,7 @@ def test_openai_engine_chat_passes_n_and_logprobs_through(monkeypatch):
 
 
 def test_openai_engine_completions_sends_the_local_rendering(default_model_dir):
-    from judgeforge.serve.engine_openai import OpenAIEngine
+    from judgeforge.judge.engines.openai import OpenAIEngine
 
     seen = []
     cfg = EngineConfig(kind="openai", api="completions", model="judge",
@@ -117,7 +117,7 @@ def test_openai_engine_completions_sends_the_local_rendering(default_model_dir):
 # --- transformers engine on the real SmolLM2 ---------------------------------------------------
 @pytest.fixture(scope="module")
 def hf_engine(default_model_dir, lora_adapters):
-    from judgeforge.serve.engines import build_engine
+    from judgeforge.judge.engines import build_engine
 
     with build_engine(EngineConfig(kind="transformers", adapters=lora_adapters, seed=0,
                                    cpu_threads=1)) as eng:
@@ -139,7 +139,7 @@ def test_transformers_engine_score_logprobs_at_the_score_token(hf_engine):
     at that token and include k."""
     msgs = [{"role": "user", "content": "Output the following text verbatim:\nFeedback: [RESULT] 3"}]
     samples = hf_engine.generate([SampleRequest(messages=msgs, n=8, max_tokens=16, seed=3)])[0]
-    from judgeforge.serve.parsing import parse_score
+    from judgeforge.judge.parsing import parse_score
 
     hits = [s for s in samples if parse_score(s.text).ok]
     assert hits, [s.text for s in samples]

@@ -15,9 +15,9 @@ import threading
 from itertools import groupby
 from typing import Sequence
 
-from judgeforge.serve.engines import (JudgeEngine, Sample, SampleRequest, check_adapters,
+from judgeforge.judge.engines import (JudgeEngine, Sample, SampleRequest, check_adapters,
                                       load_tokenizer)
-from judgeforge.serve.parsing import score_logprobs_at, score_position
+from judgeforge.judge.parsing import score_logprobs_at, score_position
 
 
 class TransformersEngine(JudgeEngine):

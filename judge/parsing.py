@@ -9,20 +9,14 @@ Pure logic, no framework imports. The contract:
   in the feedback never becomes the score. Never raises on any string.
 - `parse_verdict(text) -> ParseResult`: the same for relative grading, `verdict`
   is "A", "B" or None.
-- `score_logprobs_from_tokens(tokens, top_logprobs, scale)`: from per-token
-  texts of a generation and each position's top-k `{token_text: logprob}`,
-  the log-probability of every in-scale score at the score position (the first
-  non-blank token after the last `[RESULT]`). A score written as " 3" or "3"
-  both count (SmolLM2 emits "]", " ", "3"; other tokenizers emit "]", " 3").
-  None when the position is absent or the scale has multi-digit scores (a
-  10 would span two tokens, so one position can't hold its probability).
+- `last_marker_start(text)`: where the last `[RESULT]` starts (score completion
+  continues the sequence there, see judge.completion).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
 
 from judgeforge.data.templates import DEFAULT_SCALE, RESULT_MARKER, Scale
 
@@ -48,13 +42,19 @@ class ParseResult:
         return self.reason is None
 
 
-def _split_last(text: str) -> tuple[str, str] | None:
+def last_marker_start(text: str) -> int | None:
+    """Character offset of the last `[RESULT]` in `text` (None when there is none)."""
     last = None
     for last in _MARKER_RE.finditer(text):
         pass
-    if last is None:
+    return None if last is None else last.start()
+
+
+def _split_last(text: str) -> tuple[str, str] | None:
+    start = last_marker_start(text)
+    if start is None:
         return None
-    return text[: last.start()], text[last.end():]
+    return text[:start], text[start + len(RESULT_MARKER):]
 
 
 def clean_feedback(before: str) -> str:
@@ -109,47 +109,3 @@ def parse_verdict(text: str) -> ParseResult:
         return ParseResult(reason=f"no A/B verdict after the last {RESULT_MARKER}: {after.strip()[:40]!r}",
                            feedback=feedback)
     return ParseResult(verdict=m.group("v").upper(), feedback=feedback)
-
-
-def score_position(tokens: Sequence[str]) -> int | None:
-    """Index of the score token: the first token with non-blank text after the last `[RESULT]`."""
-    text = "".join(tokens)
-    split = _split_last(text)
-    if split is None:
-        return None
-    marker_end = len(split[0]) + len(RESULT_MARKER)
-    pos = 0
-    for i, tok in enumerate(tokens):
-        start, pos = pos, pos + len(tok)
-        if pos > marker_end and tok[max(0, marker_end - start):].strip():
-            return i
-    return None
-
-
-def score_logprobs_at(top: dict[str, float], scale: Scale = DEFAULT_SCALE) -> dict[int, float] | None:
-    """In-scale scores among one position's top-k `{token_text: logprob}` (" 3" and "3" merged)."""
-    if scale.hi > 9 or scale.lo < 0:
-        return None  # a two-digit score spans two tokens: no single position holds it
-    out: dict[int, float] = {}
-    for cand, lp in top.items():
-        s = cand.strip()
-        if len(s) == 1 and s.isdigit() and int(s) in scale:
-            k = int(s)
-            out[k] = logaddexp(out[k], float(lp)) if k in out else float(lp)
-    return out or None
-
-
-def score_logprobs_from_tokens(tokens: Sequence[str], top_logprobs: Sequence[dict[str, float]],
-                               scale: Scale = DEFAULT_SCALE) -> dict[int, float] | None:
-    """Log-probabilities of the in-scale scores at the score position (see module doc)."""
-    i = score_position(tokens)
-    if i is None or i >= len(top_logprobs):
-        return None
-    return score_logprobs_at(top_logprobs[i], scale)
-
-
-def logaddexp(a: float, b: float) -> float:
-    import math
-
-    hi, lo = max(a, b), min(a, b)
-    return hi + math.log1p(math.exp(lo - hi))

@@ -1,52 +1,42 @@
-"""Judge engines: one contract, "give me N judge samples for each of these prompts".
+"""The engine contract: "give me N judge samples for each of these prompts, each with its score
+completed".
 
-    engine = build_engine(cfg.engine)            # EngineConfig (or a whole ServeConfig)
-    reqs = [SampleRequest(messages=absolute_messages(...), n=5, max_tokens=256)]
-    samples = engine.generate(reqs)              # batch (eval): list[list[Sample]], one list per request
-    samples = await engine.agenerate(reqs[0])    # one request (server); cancelling it aborts the work
+    engine = build_engine(cfg.engine)            # judgeforge.judge.engines registry
+    req = engine.prepare(SampleRequest(messages=item.messages(), n=5, choices=scale_choices(scale)))
+    samples = engine.generate([req])             # batch (eval): list[list[Sample]], one list per request
+    samples = await engine.agenerate(req)        # one request (server); cancelling it aborts the work
     engine.close()                               # or `with build_engine(...) as engine:`
 
-- `SampleRequest.messages` are chat messages from `judgeforge.data.templates`
-  (`absolute_messages` / `relative_messages`, without the assistant turn). Every
-  engine renders them with `render_prompt` / `prompt_token_ids` below, i.e. the
-  tokenizer's chat template with the generation prompt: the same text TRL
-  trains on, so the served prompt is byte-identical to the trained one.
-- A `Sample` holds the generated `text`, the `finish_reason` ("stop" |
-  "length" | ...), the number of generated tokens and, when the engine has
-  log-probabilities, `score_logprobs`: `{score: logprob}` at the score position
-  (the token after the last `[RESULT]`, see parsing.score_logprobs_at).
-- The N samples of one request are one engine request (`n=N`): the prompt is
-  prefilled once. `SampleRequest.adapter` selects a LoRA adapter by name
-  (`engine.adapters()`); None is the base (or merged) model.
-- Errors: `PromptTooLong` (prompt + max_tokens exceed the context; raised
-  before any work), `UnknownAdapter`, `EngineDead` (the engine process died;
-  `engine.alive` is then False), `TemplateVersionMismatch` at start.
-- Engines: `vllm` (serve/engine_vllm.py), `transformers` (serve/engine_hf.py),
-  `openai` (serve/engine_openai.py). All import their framework lazily.
-
-Adapters: an adapter dir must hold `judgeforge.json` (written by `judgeforge train`)
-with `template_version`; serving refuses one that differs from
-`data.templates.TEMPLATE_VERSION`. A merged model dir is checked the same way
-when it holds that file.
+- `SampleRequest.messages` are chat messages from an item (judge.items), without the assistant turn.
+  `prepare` renders them ONCE with the tokenizer's chat template (the same text TRL trains on),
+  tokenizes once, checks adapter and context length, and stores the ids on the request:
+  everything downstream reuses them.
+- A `Sample` holds the generated `text`, its `finish_reason`, the number of generated tokens and
+  `choice_logprobs`: the exact log-probability of every choice (scale value, or A/B) read by
+  continuing that same sample with `[RESULT] ` (judge.completion). With `feedback=False` nothing is
+  generated and the choices are read straight after the prompt. Engines that cannot continue a
+  sequence (a chat endpoint) leave it None and say so in `Sample.completion`.
+- The N samples of one request are one engine request (`n=N`): the prompt is prefilled once; the
+  completions reuse the cached prefix.
+- Errors: `PromptTooLong` (raised by `prepare`, before any work), `UnknownAdapter`, `InvalidRequest`,
+  `EngineDead` (the engine can no longer serve; `engine.alive` is then False), and
+  `judge.adapters.TemplateVersionMismatch` at start.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Coroutine, Sequence
 
-from judgeforge.data.templates import DEFAULT_SCALE, TEMPLATE_VERSION, Scale
+from judgeforge.judge.adapters import TemplateVersionMismatch, check_template_version
+from judgeforge.judge.completion import CompletionPlan, plan_completion
 
 if TYPE_CHECKING:
-    from judgeforge.serve.config import EngineConfig, ServeConfig
-
-ADAPTER_META_FILES = ("judgeforge.json", "judgeforge_adapter.json")
-"""Files in an adapter/merged-model dir that record how it was trained (first found wins)."""
+    from judgeforge.judge.config import EngineConfig
 
 
 class EngineError(RuntimeError):
@@ -77,8 +67,8 @@ class EngineDead(EngineError):
     """The engine can no longer serve (its process died or it failed)."""
 
 
-class TemplateVersionMismatch(EngineError, ValueError):
-    pass
+COMPLETION_TOKENS = 8
+"""Context reserved for the score completion (marker + a multi-token value) beyond max_tokens."""
 
 
 @dataclass
@@ -91,9 +81,14 @@ class SampleRequest:
     max_tokens: int = 512
     seed: int | None = None
     adapter: str | None = None
-    scale: Scale = DEFAULT_SCALE
-    """Scale whose score-token log-probabilities to extract."""
-    want_logprobs: bool = True
+    choices: tuple[str, ...] = ("1", "2", "3", "4", "5")
+    """What the completion reads after `[RESULT] `: the scale's values, or ("A", "B")."""
+    feedback: bool = True
+    """False: write no feedback; read the choices straight after the prompt (score-only)."""
+    complete: bool = True
+    """Read the completed distribution (False: text only, as a plain sampler)."""
+    prompt_ids: list[int] | None = None
+    """The rendered prompt's token ids, set once by `JudgeEngine.prepare`."""
 
 
 @dataclass
@@ -101,7 +96,10 @@ class Sample:
     text: str
     finish_reason: str | None = None
     n_tokens: int = 0
-    score_logprobs: dict[int, float] | None = None
+    choice_logprobs: dict[str, float] | None = None
+    """Exact log-probability of each choice at the completed `[RESULT] ` (None: not read)."""
+    completion: str | None = None
+    """Why `choice_logprobs` is None when it is (e.g. the endpoint offers no prompt continuation)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -123,32 +121,17 @@ def load_tokenizer(name_or_path: str):
     return AutoTokenizer.from_pretrained(resolve_model(name_or_path))
 
 
-def read_template_version(path: str | Path) -> str | None:
-    """The `template_version` an adapter/model dir records, or None when it records none."""
-    for name in ADAPTER_META_FILES:
-        f = Path(path) / name
-        if f.is_file():
-            try:
-                return json.loads(f.read_text()).get("template_version")
-            except (json.JSONDecodeError, AttributeError) as e:
-                raise TemplateVersionMismatch(f"{f} is not a JSON object: {e}") from None
-    return None
+class TokenizerView:
+    """`encode`/`decode` without special tokens: what judge.completion plans with."""
 
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
 
-def check_template_version(path: str | Path, required: bool = True) -> None:
-    """Refuse a dir trained on another prompt template (or recording none, if `required`)."""
-    found = read_template_version(path)
-    if found is None:
-        if required:
-            raise TemplateVersionMismatch(
-                f"{path} records no template_version (expected a {ADAPTER_META_FILES[0]} with "
-                f"template_version={TEMPLATE_VERSION!r}); set engine.allow_unversioned_adapters=true "
-                "to serve it anyway")
-        return
-    if found != TEMPLATE_VERSION:
-        raise TemplateVersionMismatch(
-            f"{path} was trained with prompt template {found!r} but this judgeforge renders "
-            f"{TEMPLATE_VERSION!r}: its scores would not be trustworthy")
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
 def check_adapters(cfg: "EngineConfig") -> dict[str, str]:
@@ -173,6 +156,8 @@ class JudgeEngine:
     model_name: str = ""
     max_model_len: int = 0
     tokenizer: Any = None
+    can_complete: bool = True
+    """Whether this engine continues sequences to read the choices' probabilities."""
 
     def adapters(self) -> list[str]:
         return []
@@ -185,23 +170,26 @@ class JudgeEngine:
         """Engine requests still running (None when the engine cannot tell)."""
         return None
 
-    def prompt_ids(self, messages: list[dict]) -> list[int]:
-        return prompt_token_ids(self.tokenizer, messages)
-
-    def count_tokens(self, messages: list[dict]) -> int | None:
-        """Prompt length in tokens (None when the engine has no local tokenizer)."""
-        return len(self.prompt_ids(messages)) if self.tokenizer is not None else None
-
-    def check_request(self, req: SampleRequest) -> list[int] | None:
-        """Validate adapter and length before any work; returns the prompt ids when known."""
+    def prepare(self, req: SampleRequest) -> SampleRequest:
+        """Validate adapter and length before any work; tokenizes once (idempotent)."""
         if req.adapter is not None and req.adapter not in self.adapters():
             raise UnknownAdapter(req.adapter, self.adapters())
         if self.tokenizer is None:
-            return None
-        ids = self.prompt_ids(req.messages)
-        if self.max_model_len and len(ids) + req.max_tokens > self.max_model_len:
-            raise PromptTooLong(len(ids), req.max_tokens, self.max_model_len)
-        return ids
+            return req
+        if req.prompt_ids is None:
+            req.prompt_ids = prompt_token_ids(self.tokenizer, req.messages)
+        budget = (req.max_tokens if req.feedback else 0) + (COMPLETION_TOKENS if req.complete else 0)
+        if self.max_model_len and len(req.prompt_ids) + budget > self.max_model_len:
+            raise PromptTooLong(len(req.prompt_ids), req.max_tokens, self.max_model_len)
+        return req
+
+    def count_tokens(self, messages: list[dict]) -> int | None:
+        """Prompt length in tokens (None when the engine has no local tokenizer)."""
+        return len(prompt_token_ids(self.tokenizer, messages)) if self.tokenizer is not None else None
+
+    def plan(self, req: SampleRequest, gen_ids: Sequence[int], text: str) -> CompletionPlan:
+        return plan_completion(TokenizerView(self.tokenizer), req.prompt_ids or [], gen_ids, text,
+                               req.choices)
 
     def generate(self, requests: Sequence[SampleRequest]) -> list[list[Sample]]:
         raise NotImplementedError
@@ -211,7 +199,7 @@ class JudgeEngine:
 
     def info(self) -> dict:
         return {"kind": self.kind, "model": self.model_name, "max_model_len": self.max_model_len,
-                "adapters": self.adapters()}
+                "adapters": self.adapters(), "completion": self.can_complete}
 
     def close(self) -> None:
         pass
@@ -248,12 +236,11 @@ class LoopThreadEngine(JudgeEngine):
         return list(await asyncio.gather(*(self._agen(r) for r in requests)))
 
     def generate(self, requests: Sequence[SampleRequest]) -> list[list[Sample]]:
-        for r in requests:
-            self.check_request(r)
+        requests = [self.prepare(r) for r in requests]
         return self._submit(self._gather(requests)).result()
 
     async def agenerate(self, request: SampleRequest) -> list[Sample]:
-        self.check_request(request)
+        request = self.prepare(request)
         return await asyncio.wrap_future(self._submit(self._agen(request)))
 
     def _stop_loop(self) -> None:
@@ -263,19 +250,7 @@ class LoopThreadEngine(JudgeEngine):
             self._thread.join(timeout=5)
 
 
-def build_engine(cfg: "EngineConfig | ServeConfig") -> JudgeEngine:
-    """The engine named by `cfg.kind` (a ServeConfig's `engine` section is used)."""
-    cfg = getattr(cfg, "engine", cfg)
-    if cfg.kind == "vllm":
-        from judgeforge.serve.engine_vllm import VLLMEngine
-
-        return VLLMEngine(cfg)
-    if cfg.kind == "transformers":
-        from judgeforge.serve.engine_hf import TransformersEngine
-
-        return TransformersEngine(cfg)
-    if cfg.kind == "openai":
-        from judgeforge.serve.engine_openai import OpenAIEngine
-
-        return OpenAIEngine(cfg)
-    raise ValueError(f"unknown engine kind {cfg.kind!r}")
+__all__ = ["COMPLETION_TOKENS", "EngineDead", "EngineError", "InvalidRequest", "JudgeEngine",
+           "LoopThreadEngine", "PromptTooLong", "Sample", "SampleRequest", "TemplateVersionMismatch",
+           "TokenizerView", "UnknownAdapter", "check_adapters", "check_template_version",
+           "load_tokenizer", "prompt_token_ids", "render_prompt"]

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import os
 
-from judgeforge.serve.engines import (EngineDead, EngineError, LoopThreadEngine, PromptTooLong, Sample,
+from judgeforge.judge.engines import (EngineDead, EngineError, LoopThreadEngine, PromptTooLong, Sample,
                                       SampleRequest, render_prompt)
-from judgeforge.serve.parsing import score_logprobs_at, score_position
+from judgeforge.judge.parsing import score_logprobs_at, score_position
 
 
 class OpenAIEngine(LoopThreadEngine):
@@ -30,7 +30,7 @@ class OpenAIEngine(LoopThreadEngine):
         self.tokenizer = None
         tok = cfg.tokenizer or (cfg.model if cfg.api == "completions" else None)
         if tok:
-            from judgeforge.serve.engines import load_tokenizer
+            from judgeforge.judge.engines import load_tokenizer
 
             self.tokenizer = load_tokenizer(tok)
         self._adapter_names = sorted(cfg.adapters)  # served by the endpoint under these model names

