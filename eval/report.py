@@ -9,8 +9,9 @@ A prediction record is one graded unit of one judge on one set:
 `judge, set, mode` ('absolute' | 'relative'), `item_id`, `unit` ('item', or 'a'/'b'
 for one side of a pair, or 'pair' in relative mode), `category`, `response_model`,
 `ref` (reference score), `ref_samples`, `human` ('a'/'b'/'tie' for pairs), `length`
-(response tokens), `samples` ([{score|verdict, reason, text}], max N in draw
-order) and `score_logprobs` (per sample: {score: logprob} at the score position, or None).
+(response tokens), `samples` (max N in draw order, each `judge.scores.Judged.to_record()`: the
+written score|verdict or the reason none was written, `probs` the completed distribution, text) and,
+with score-only on, `score_only_probs`.
 """
 
 from __future__ import annotations
@@ -20,61 +21,61 @@ from typing import Iterable
 
 from judgeforge.data.templates import Scale
 from judgeforge.eval import metrics as M
-from judgeforge.serve.parsing import ParseResult
-from judgeforge.serve.voting import average_score_probs, vote_scores, vote_verdicts
+from judgeforge.judge.scores import Judged, expected
+from judgeforge.judge.voting import vote_scores, vote_verdicts
 
-LOGPROB = "logprob"
-FORCED = "forced"
-PROB_VARIANTS = (LOGPROB, FORCED)
-
-
-def variant_names(n_values: list[int], logprob: bool, forced: bool = False) -> list[str]:
-    return [f"n{k}" for k in n_values] + ([LOGPROB] if logprob else []) + ([FORCED] if forced else [])
+EXPECTED = "expected"
+SCORE_ONLY = "score_only"
+PROB_VARIANTS = (EXPECTED, SCORE_ONLY)
 
 
-def _expected(lps: list, scale: Scale) -> float | None:
-    probs = average_score_probs([{int(k): v for k, v in lp.items()} if lp else None for lp in lps], scale)
-    return sum(k * p for k, p in probs.items()) if probs else None
+def variant_names(n_values: list[int], score_only: bool = False) -> list[str]:
+    return [f"n{k}" for k in n_values] + [EXPECTED] + ([SCORE_ONLY] if score_only else [])
 
 
-def _parsed(samples: list[dict]) -> list[ParseResult]:
-    return [ParseResult(score=s.get("score"), verdict=s.get("verdict"), reason=s.get("reason"))
-            for s in samples]
+def judged(rec: dict, k: int | None = None) -> list[Judged]:
+    return [Judged.from_record(s) for s in rec["samples"][:k]]
 
 
 def unit_score(rec: dict, variant: str, scale: Scale) -> float | None:
-    """The judge's score for one unit under a variant: vote over the first k samples, or the
-    expected score of the first sample's log-prob distribution over the scale."""
-    if variant == LOGPROB:
-        return _expected((rec.get("score_logprobs") or [None])[:1], scale)
-    if variant == FORCED:
-        return _expected([rec.get("forced_logprobs")], scale)
-    k = int(variant[1:])
-    return vote_scores(_parsed(rec["samples"][:k]), scale).score
+    """The judge's score for one unit under a variant: the vote over the first k samples, the
+    expectation of the samples' completed distributions averaged, or the score-only expectation."""
+    if variant == EXPECTED:
+        return vote_scores(judged(rec), scale).expected_score
+    if variant == SCORE_ONLY:
+        return expected(rec.get("score_only_probs"))
+    return vote_scores(judged(rec, int(variant[1:])), scale).score
 
 
 def unit_choice(rec: dict, variant: str) -> str | None:
-    """Relative mode: voted 'a'/'b', 'tie' on an even split, None when nothing parsed."""
-    comp = vote_verdicts(_parsed(rec["samples"][:int(variant[1:])]))
+    """Relative mode: voted 'a'/'b', 'tie' on an even split, None when nothing voted."""
+    comp = vote_verdicts(judged(rec, int(variant[1:])))
     if comp.winner:
         return comp.winner.lower()
     return "tie" if (comp.reason or "").startswith("tie") else None
 
 
 def sample_stats(recs: list[dict]) -> dict:
-    """Over every drawn sample (max N per unit): how many parsed, why the others did not, and
-    how many stopped at max_tokens. Reasons are grouped by their text before any ':' detail."""
+    """Over every drawn sample (max N per unit): how many got a completed distribution, how many
+    carried a score the judge wrote itself, how often that written score matched the completed
+    one's most probable value, and why the others wrote none (grouped before any ':' detail)."""
     reasons: dict[str, int] = defaultdict(int)
-    n = parsed = truncated = 0
+    n = written = completed = agree = both = truncated = 0
     for r in recs:
-        for smp in r["samples"]:
+        for j in judged(r):
             n += 1
-            truncated += smp.get("finish_reason") == "length"
-            if smp.get("reason") is None:
-                parsed += 1
-            else:
-                reasons[smp["reason"].split(":")[0]] += 1
-    return {"n": n, "parsed": parsed, "truncated": truncated, "reasons": dict(sorted(reasons.items()))}
+            truncated += j.finish_reason == "length"
+            completed += j.probs is not None
+            written += j.written_value is not None
+            if j.written_value is not None and j.probs:
+                both += 1
+                agree += j.written_value == j.completed
+            if j.written.reason:
+                reasons[j.written.reason.split(":")[0]] += 1
+    return {"n": n, "completed": completed, "completed_rate": completed / n if n else None,
+            "written": written, "written_rate": written / n if n else None, "written_agrees": agree,
+            "written_and_completed": both, "written_agreement": agree / both if both else None,
+            "truncated": truncated, "reasons": dict(sorted(reasons.items()))}
 
 
 def _group(preds: Iterable[dict]) -> dict:
@@ -185,14 +186,14 @@ def _comparisons(preds_by: dict, judges: list[str], baseline: str, sets: list[di
 
 
 def compute_metrics(preds: list[dict], *, sets: list[dict], judges: list[str], baseline: str,
-                    n_values: list[int], logprob: bool, n_boot: int, forced: bool = False, level: float, seed: int,
+                    n_values: list[int], n_boot: int, score_only: bool = False, level: float, seed: int,
                     meta: dict | None = None, skipped: list[dict] | None = None) -> dict:
     """All metrics of a run from its predictions (see the module doc for the record layout).
 
     `sets` are EvalSet summaries plus `scale` [lo, hi] and optional `external_ranking`.
     """
     boot = {"n_boot": n_boot, "seed": seed, "level": level}
-    variants = variant_names(n_values, logprob, forced)
+    variants = variant_names(n_values, score_only)
     by = _group(preds)
     # Units must line up across judges for paired tests: sort by (item_id, unit) once.
     for modes in by.values():
@@ -239,7 +240,7 @@ def _ci(e: dict | None, key: str = "value") -> str:
 
 
 def _label(variant: str) -> str:
-    return {LOGPROB: "log-prob E[score]", FORCED: "forced E[score]"}.get(variant, f"N={variant[1:]}")
+    return {EXPECTED: "E[score]", SCORE_ONLY: "score-only E[score]"}.get(variant, f"N={variant[1:]}")
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -266,7 +267,7 @@ def _header(m: dict) -> list[str]:
         lines.append(f"- judge `{j['name']}`: {j['description']}")
     lines.append(f"- bootstrap: {meta['bootstrap']['n_resamples']} resamples over items, "
                  f"{meta['bootstrap']['level']:.2f} percentile intervals, seed {meta['bootstrap']['seed']}")
-    lines.append(f"- headline variant: {_label(primary_variant(m))} (majority vote; parse failures are "
+    lines.append(f"- headline variant: {_label(primary_variant(m))} (majority vote; items without a score are "
                  "counted, never scored)")
     lines += ["", "## Evaluation sets", ""]
     rows = [[s["name"], s["kind"], s.get("role") or "", s["reference"], str(s["n_items"]),
@@ -301,7 +302,7 @@ def _mimic_tables(m: dict) -> list[str]:
         if ref.get("length_only", {}).get("r") is not None:
             rows.append(["response length alone", "tokens", _f(ref["length_only"]["r"]), "", "", "", "", ""])
         lines += _table(["judge", "variant", "Pearson [95% CI]", "Spearman [95% CI]", "Kendall [95% CI]",
-                         "exact", "within-1", "parse failures"], rows)
+                         "exact", "within-1", "no score"], rows)
     return lines
 
 
@@ -376,7 +377,7 @@ def _human_table(m: dict) -> list[str]:
     return ["## Agreement with human preferences (Prometheus-2 protocol)", "",
             "absolute: both responses graded, the higher score wins; a judge tie or an unparsed side is a "
             "miss in `accuracy`, left out of `decided`. Human ties are reported apart.", ""] + _table(
-        ["set", "judge", "mode", "variant", "accuracy [95% CI]", "decided", "judge ties", "parse failures",
+        ["set", "judge", "mode", "variant", "accuracy [95% CI]", "decided", "judge ties", "no score",
          "human ties", "decisive pairs"], rows)
 
 
@@ -394,11 +395,12 @@ def _ablation_table(m: dict) -> list[str]:
             elif "absolute" in rep:
                 rows.append([judge, s["name"], "accuracy"] + [
                     _f(rep["absolute"][v]["accuracy"]) if v in rep["absolute"] else "n/a" for v in variants])
-    return ["## Self-consistency ablation and log-probability score", "",
-            "N=k votes over the first k of the same samples (paired); log-prob E[score] is the expectation "
-            "of the first sample's distribution over the scale at its score position (after the feedback it "
-            "wrote; undefined when it wrote no `[RESULT]`); forced E[score] reads the distribution straight "
-            "after the prompt plus `[RESULT] `, no feedback written.", ""] + _table(
+    return ["## Self-consistency ablation and expected scores", "",
+            "N=k votes over the first k of the same samples (paired; a sample's vote is the score it wrote, "
+            "else its completed distribution's most probable value); E[score] is the expectation of the "
+            "samples' completed distributions (read after each sample's feedback with `[RESULT] `), "
+            "averaged; score-only E[score] reads the distribution straight after the prompt plus "
+            "`[RESULT] `, no feedback written.", ""] + _table(
         ["judge", "set", "metric"] + [_label(v) for v in variants], rows)
 
 
@@ -455,11 +457,18 @@ def _samples_table(m: dict) -> list[str]:
     for judge, by_set in m.get("samples", {}).items():
         for set_name, st in by_set.items():
             why = "; ".join(f"{r} ({c})" for r, c in st["reasons"].items()) or "-"
-            rows.append([judge, set_name, str(st["n"]), str(st["parsed"]), str(st["truncated"]), why])
+            rows.append([judge, set_name, str(st["n"]), f"{st['completed']} ({_f(st['completed_rate'])})",
+                         f"{st['written']} ({_f(st['written_rate'])})",
+                         f"{st['written_agrees']}/{st['written_and_completed']} ({_f(st['written_agreement'])})",
+                         str(st["truncated"]), why])
     if not rows:
         return []
-    return ["## Judge samples: parsed, cut at max_tokens, and why the rest failed to parse", ""] + _table(
-        ["judge", "set", "samples drawn", "parsed", "stopped at max_tokens", "parse failure reasons"], rows)
+    return ["## Judge samples: completed, written by the judge itself, and why the rest wrote none", "",
+            "Every sample's score is completed by the engine (`[RESULT] ` after its feedback). `written`: "
+            "the judge wrote a valid score itself; `written = completed`: of the samples with both, how "
+            "many wrote the completed distribution's most probable value.", ""] + _table(
+        ["judge", "set", "samples drawn", "completed", "written", "written = completed",
+         "stopped at max_tokens", "why no score was written"], rows)
 
 
 def _timing(m: dict) -> list[str]:

@@ -14,16 +14,18 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shlex
+import logging
 import sys
 from pathlib import Path
 
 from judgeforge.config import ConfigError, command_parser, dump_config, load_config
 from judgeforge.eval import sets as S
 from judgeforge.eval.config import PAIRWISE_KINDS, EvalConfig, JudgeConfig, SetConfig
-from judgeforge.eval.judges import (add_lengths, build_units, forced_score_logprobs, grade_units,
-                                    merged_model_dir)
+from judgeforge.eval.judges import add_lengths, build_units, grade_units, merged_model_dir
 from judgeforge.eval.report import compute_metrics, render_markdown
 from judgeforge.io import atomic_dir, atomic_write_json, atomic_write_text, read_jsonl, write_jsonl
+
+log = logging.getLogger(__name__)
 
 
 def _resolve(path: str) -> Path:
@@ -40,7 +42,7 @@ def _ensure_heldout(sc: SetConfig) -> Path:
         from judgeforge.data.build import run_build
         from judgeforge.data.config import BuildConfig
 
-        print(f"[eval] {path} has no test.jsonl: building it from {sc.build_config}", file=sys.stderr)
+        log.info("%s has no test.jsonl: building it from %s", path, sc.build_config)
         run_build(load_config(BuildConfig, _resolve(sc.build_config)), out=path)
     return path
 
@@ -77,7 +79,7 @@ def load_sets(cfg: EvalConfig) -> tuple[list[S.EvalSet], list[dict]]:
         except S.SetUnavailable as e:
             if sc.required:
                 raise ConfigError(f"set {sc.name!r} is required but unavailable: {e}") from None
-            print(f"[eval] skipping set {sc.name!r}: {e}", file=sys.stderr)
+            log.warning("skipping set %r: %s", sc.name, e)
             skipped.append({"name": sc.name, "kind": sc.kind, "role": sc.role, "reason": str(e)})
     return loaded, skipped
 
@@ -103,13 +105,13 @@ def describe(judge: JudgeConfig) -> dict:
 
 
 def _length_tokenizer(cfg: EvalConfig):
-    from judgeforge.serve.engines import load_tokenizer
+    from judgeforge.judge.engines import load_tokenizer
 
     name = cfg.length_tokenizer or next((j.engine.tokenizer or j.engine.model for j in cfg.judges), None)
     try:
         return load_tokenizer(name) if name else None
     except Exception as e:  # lengths are an extra; never fail a run for them
-        print(f"[eval] no tokenizer for response lengths ({e}); length bias skipped", file=sys.stderr)
+        log.warning("no tokenizer for response lengths (%s); length bias skipped", e)
         return None
 
 
@@ -127,7 +129,7 @@ def set_summaries(cfg: EvalConfig, sets: list[S.EvalSet]) -> list[dict]:
 
 def run_eval(cfg: EvalConfig, command: str = "") -> dict:
     """Run every judge over every set and write the report directory; returns the metrics."""
-    from judgeforge.serve.engines import build_engine
+    from judgeforge.judge.engines import build_engine
 
     sets, skipped = load_sets(cfg)
     if not sets:
@@ -138,20 +140,15 @@ def run_eval(cfg: EvalConfig, command: str = "") -> dict:
     preds, timing = [], {}
     for judge in cfg.judges:
         ecfg = engine_config(judge, cfg.sampling.seed)
-        print(f"[eval] judge {judge.name!r}: {len(units)} prompts x {n_max} samples", file=sys.stderr)
-        forced = (forced_score_logprobs(ecfg.model, units) if cfg.sampling.forced_score
-                  and ecfg.kind != "openai" else [None] * len(units))
+        log.info("judge %r: %d prompts x %d samples", judge.name, len(units), n_max)
         with build_engine(ecfg) as engine:
-            recs, timing[judge.name] = grade_units(engine, units, n=n_max, sampling=cfg.sampling,
-                                                   logprob=cfg.sampling.logprob_score)
-        preds += [{"judge": judge.name, **r, "forced_logprobs": f} for r, f in zip(recs, forced)]
-    logprob = cfg.sampling.logprob_score and any(j.engine.top_logprobs > 0 for j in cfg.judges)
+            recs, timing[judge.name] = grade_units(engine, units, n=n_max, sampling=cfg.sampling)
+        preds += [{"judge": judge.name, **r} for r in recs]
     meta = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "command": command,
             "judge_info": [describe(j) for j in cfg.judges], "timing": timing,
             "sampling": cfg.sampling.model_dump()}
     metrics = compute_metrics(preds, sets=set_summaries(cfg, sets), judges=[j.name for j in cfg.judges],
-                              baseline=cfg.baseline_name, n_values=cfg.n_values, logprob=logprob,
-                              forced=cfg.sampling.forced_score,
+                              baseline=cfg.baseline_name, n_values=cfg.n_values, score_only=cfg.sampling.score_only,
                               n_boot=cfg.bootstrap.n_resamples, level=cfg.bootstrap.level,
                               seed=cfg.bootstrap.seed, meta=meta, skipped=skipped)
     write_report(cfg.out, metrics, preds, config_text=dump_config(cfg), plots=cfg.plots)
@@ -183,8 +180,8 @@ def recompute(report_dir: str | Path, plots: bool = True) -> dict:
     meta, boot = old["meta"], old["meta"]["bootstrap"]
     keep = {k: v for k, v in meta.items() if k not in ("judges", "baseline", "n_values", "variants", "bootstrap")}
     metrics = compute_metrics(preds, sets=old["sets"], judges=meta["judges"], baseline=meta["baseline"],
-                              n_values=meta["n_values"], logprob="logprob" in meta["variants"],
-                              forced="forced" in meta["variants"],
+                              n_values=meta["n_values"],
+                              score_only="score_only" in meta["variants"],
                               n_boot=boot["n_resamples"], level=boot["level"], seed=boot["seed"], meta=keep,
                               skipped=old.get("skipped"))
     cfg_file = d / "config.yaml"

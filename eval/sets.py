@@ -20,8 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from judgeforge.data.templates import (
-    DEFAULT_SCALE, Rubric, Scale, absolute_messages, relative_messages, rubric_preset)
+from judgeforge.data.templates import DEFAULT_SCALE, Rubric, Scale, rubric_preset
+from judgeforge.judge.items import CompareItem, GradeItem
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 VENDOR = PACKAGE_ROOT / "data" / "vendor"
@@ -31,35 +31,25 @@ class SetUnavailable(RuntimeError):
     """A configured set's data is not on this machine (e.g. a hub-only set offline)."""
 
 
-@dataclass
-class AbsItem:
+@dataclass(kw_only=True)
+class AbsItem(GradeItem):
+    """A judge's absolute grading item (judge.items.GradeItem) with what evaluation needs beside it."""
+
     id: str
-    instruction: str
-    response: str
-    rubric: Rubric
-    reference_answer: str | None = None
-    scale: Scale = DEFAULT_SCALE
     category: str | None = None
     response_model: str | None = None
     ref_score: float | None = None
     """Reference score: mean of `ref_samples` (or a single human/GPT-4 score)."""
     ref_samples: list[float] = field(default_factory=list)
 
-    def messages(self) -> list[dict]:
-        return absolute_messages(self.instruction, self.response, self.rubric,
-                                 self.reference_answer, self.scale)
 
+@dataclass(kw_only=True)
+class PairItem(CompareItem):
+    """A relative grading item (judge.items.CompareItem) with a human preference."""
 
-@dataclass
-class PairItem:
     id: str
-    instruction: str
-    response_a: str
-    response_b: str
     human: str
     """'a', 'b' or 'tie'."""
-    rubric: Rubric
-    reference_answer: str | None = None
     scale: Scale = DEFAULT_SCALE
     category: str | None = None
     instruction_b: str | None = None
@@ -71,10 +61,6 @@ class PairItem:
         resp = self.response_a if which == "a" else self.response_b
         return AbsItem(id=f"{self.id}:{which}", instruction=instr, response=resp, rubric=self.rubric,
                        reference_answer=self.reference_answer, scale=self.scale, category=self.category)
-
-    def relative_messages(self) -> list[dict]:
-        return relative_messages(self.instruction, self.response_a, self.response_b, self.rubric,
-                                 self.reference_answer)
 
 
 @dataclass

@@ -123,8 +123,10 @@ class Judge:
         return vote_scores(await self._arun(req, item), item.scale)
 
     # --- relative grading ------------------------------------------------------------
-    def compare(self, items: Sequence[CompareItem], progress: bool = False) -> list[Comparison]:
-        per_item = [self.requests(it) for it in items]
+    def compare(self, items: Sequence[CompareItem], reqs: Sequence[Sequence[SampleRequest]] | None = None,
+                progress: bool = False) -> list[Comparison]:
+        """Batch comparison; `reqs` are the items' prepared requests (one list per item) when known."""
+        per_item = list(reqs) if reqs is not None else [self.requests(it) for it in items]
         flat_items = [it for it, rs in zip(items, per_item) for _ in rs]
         bar = self._progress(len(flat_items), progress, "comparing")
         try:

@@ -13,7 +13,7 @@ from judgeforge.eval import compare as C
 from judgeforge.eval import run as R
 from judgeforge.eval.config import EvalConfig
 from judgeforge.eval.report import render_markdown
-from judgeforge.serve.engines import JudgeEngine, PromptTooLong, Sample
+from judgeforge.judge.engines import JudgeEngine, PromptTooLong, Sample
 
 
 class FakeEngine(JudgeEngine):
@@ -26,26 +26,28 @@ class FakeEngine(JudgeEngine):
         self.noise = 0 if "good" in cfg.model else 2
         self.rng = random.Random(cfg.model)
 
-    def check_request(self, req):
+    def prepare(self, req):
         if "TOO LONG" in req.messages[-1]["content"]:
             raise PromptTooLong(9999, req.max_tokens, 4096)
+        return req
 
     def generate(self, requests):
-        out = []
-        for req in requests:
-            samples = []
-            for _ in range(req.n):
-                if self.rng.random() < 0.1:
-                    samples.append(Sample(text="I think it is fine.", finish_reason="length"))
-                    continue
-                if "###Response A" in req.messages[-1]["content"]:
-                    samples.append(Sample(text=f"ok [RESULT] {self.rng.choice('AB')}", finish_reason="stop"))
-                    continue
-                s = self.rng.randint(1, 5) if self.noise else _hidden_score(req.messages[-1]["content"])
-                samples.append(Sample(text=f"Feedback: fine. [RESULT] {s}", finish_reason="stop",
-                                      score_logprobs={s: -0.2, max(1, s - 1): -1.8}))
-            out.append(samples)
-        return out
+        return [[self._sample(req) for _ in range(req.n)] for req in requests]
+
+    def _sample(self, req):
+        """A sample with its completed choice log-probabilities; 10% write no `[RESULT]`."""
+        prompt = req.messages[-1]["content"]
+        if "###Response A" in prompt:
+            v = self.rng.choice("AB")
+            return Sample(text=f"ok [RESULT] {v}", finish_reason="stop",
+                          choice_logprobs={v: -0.3, "AB"[v == "A"]: -1.4})
+        s = self.rng.randint(1, 5) if self.noise else _hidden_score(prompt)
+        lps = {c: -3.0 for c in req.choices} | {str(s): -0.2, str(max(1, s - 1)): -1.8}
+        if not req.feedback:
+            return Sample(text="", finish_reason="score_only", choice_logprobs=lps)
+        if self.rng.random() < 0.1:
+            return Sample(text="I think it is fine.", finish_reason="length", choice_logprobs=lps)
+        return Sample(text=f"Feedback: fine. [RESULT] {s}", finish_reason="stop", choice_logprobs=lps)
 
 
 def _hidden_score(prompt: str) -> int:
@@ -56,13 +58,10 @@ def _hidden_score(prompt: str) -> int:
 
 @pytest.fixture
 def fake_engine(monkeypatch):
-    import judgeforge.serve.engines as E
+    import judgeforge.judge.engines as E
 
     monkeypatch.setattr(E, "build_engine", lambda cfg: FakeEngine(cfg))
     monkeypatch.setattr(R, "_length_tokenizer", lambda cfg: _WordTok())
-    monkeypatch.setattr(R, "forced_score_logprobs", lambda model, units: [
-        {"1": -3.0, "2": -2.0, "3": -1.0, "4": -1.5, "5": -0.5 - (len(u.item_id) % 3)}
-        if u.mode == "absolute" else None for u in units])
 
 
 class _WordTok:
@@ -74,7 +73,7 @@ def _cfg(tmp_path, vendor, judges=("base", "good")):
     pv = vendor / "prometheus-eval"
     return load_config(EvalConfig, None, [
         f"out={tmp_path / 'report'}", "n_values=[1, 3]", "bootstrap.n_resamples=200",
-        "sampling.forced_score=true",
+        "sampling.score_only=true",
         "judges=[" + ", ".join(f"{{name: {j}, engine: {{model: {j}-model}}}}" for j in judges) + "]",
         "sets=[{name: vicuna, kind: prometheus, path: " + str(pv / "vicuna_eval.json") + ", max_items: 24,"
         " external_ranking: {chat_gpt: 4, wizard: 3, vicuna: 2, llama-2-chat: 1}},"
@@ -93,7 +92,7 @@ def test_run_writes_report_from_metrics(tmp_path, vendor, fake_engine):
     out = tmp_path / "report"
     for name in ("report.md", "metrics.json", "predictions.jsonl", "config.yaml", "plots/n_ablation.png",
                  "plots/scatter__base__vicuna__n3.png", "plots/confusion__good__vicuna__n3.png",
-                 "plots/scatter__base__vicuna__forced.png",
+                 "plots/scatter__base__vicuna__expected.png",
                  "plots/categories__vicuna.png"):
         assert (out / name).is_file(), name
     metrics = json.loads((out / "metrics.json").read_text())
@@ -104,14 +103,17 @@ def test_run_writes_report_from_metrics(tmp_path, vendor, fake_engine):
         {f"{x:.2f}" for x in _all_floats(metrics)}
     missing = _numbers(report) - have
     assert not missing, missing
-    # Real content: parse failures counted, sets and skipped sets named, N variants present.
+    # Real content: every item scored (completed), written shares counted, sets and skipped sets
+    # named, N variants present.
     vic = metrics["results"]["base"]["vicuna"]
-    assert set(vic) == {"n1", "n3", "logprob", "forced"}
-    assert vic["forced"]["parse_failures"] == 0
-    assert vic["n1"]["n"] == 24 and vic["n1"]["parse_failures"] > 0
+    assert set(vic) == {"n1", "n3", "expected", "score_only"}
+    assert all(vic[v]["parse_failures"] == 0 and vic[v]["n"] == 24 for v in vic)
+    assert vic["expected"]["correlation"]["pearson"]["lo"] is not None
     assert metrics["reference"]["vicuna"]["ceiling"]["k"] == 3
     st = metrics["samples"]["base"]["vicuna"]
-    assert st["n"] == 24 * 3 and st["reasons"]["no [RESULT] marker"] == st["n"] - st["parsed"] > 0
+    assert st["n"] == 24 * 3 and st["completed"] == st["n"]
+    assert st["reasons"]["no [RESULT] marker"] == st["n"] - st["written"] > 0
+    assert st["written_agrees"] == st["written_and_completed"] == st["written"]
     assert vic["n3"]["ranking"]["n_models"] == 4 and "Ranking of response models" in report
     assert metrics["skipped"][0]["name"] == "flask" and "skipped `flask`" in report
     hhh = metrics["results"]["good"]["hhh"]
@@ -149,11 +151,10 @@ def test_prompt_too_long_is_a_counted_failure(tmp_path, vendor, fake_engine, mon
     from judgeforge.data.templates import Rubric
 
     units = J.build_units([R.S.EvalSet("s", "absolute", "gpt-4", [
-        AbsItem("x", "TOO LONG", "r", Rubric("c"), ref_score=3.0),
-        AbsItem("y", "fine", "r", Rubric("c"), ref_score=3.0)], "mem", 2)], {})
+        AbsItem(id="x", instruction="TOO LONG", response="r", rubric=Rubric("c"), ref_score=3.0),
+        AbsItem(id="y", instruction="fine", response="r", rubric=Rubric("c"), ref_score=3.0)], "mem", 2)], {})
     cfg = _cfg(tmp_path, vendor)
-    recs, timing = J.grade_units(FakeEngine(cfg.judges[0].engine), units, n=2, sampling=cfg.sampling,
-                                 logprob=True)
+    recs, timing = J.grade_units(FakeEngine(cfg.judges[0].engine), units, n=2, sampling=cfg.sampling)
     assert recs[0]["samples"][0]["reason"].startswith("prompt too long") and timing["prompts"] == 1
     assert len(recs[1]["samples"]) == 2
 

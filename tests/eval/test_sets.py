@@ -46,7 +46,7 @@ def test_hhh_pairs_with_seeded_positions(vendor):
     prompt = absolute_prompt(chosen.instruction, chosen.response, chosen.rubric, None, chosen.scale)
     assert prompt == r["chosen_instruction"].replace(P1, P2)
     assert it.reference_answer is None and it.category == r["source"]
-    assert "Response A" in it.relative_messages()[1]["content"]
+    assert "Response A" in it.messages()[1]["content"]
 
 
 def test_subset_is_seeded_and_ordered():

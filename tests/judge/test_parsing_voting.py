@@ -9,10 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from judgeforge.data.templates import Scale
-from judgeforge.judge.parsing import (parse_score, parse_verdict, score_logprobs_at,
-                                      score_logprobs_from_tokens, score_position)
-from judgeforge.judge.voting import (SampleSlots, average_score_probs, majority, vote_scores,
-                                     vote_verdicts)
+from judgeforge.judge.parsing import parse_score, parse_verdict
+from judgeforge.judge.scores import Judged, average, distribution, expected, most_probable
+from judgeforge.judge.voting import SampleSlots, majority, vote_scores, vote_verdicts
 
 S5, S10 = Scale(1, 5), Scale(1, 10)
 
@@ -81,36 +80,28 @@ def test_parse_verdict():
 
 
 # --- log-probabilities at the score position ---------------------------------------------
-def test_score_position_handles_separate_and_merged_space():
-    # SmolLM2: "]", " ", "3"; others: "]", " 3"
-    assert score_position(["Good", ".", " [", "RES", "ULT", "]", " ", "3"]) == 7
-    assert score_position(["Good", " [RESULT]", " 3", "\n"]) == 2
-    assert score_position(["Good", " [RESULT]", " 3"]) == 2
-    assert score_position(["no", " marker"]) is None
-    assert score_position(["[RESULT]", " "]) is None
+def test_distribution_is_over_exactly_the_choices():
+    d = distribution({"1": math.log(0.1), "2": math.log(0.3), "7": 0.0}, ["1", "2", "3"])
+    assert list(d) == ["1", "2", "3"] and sum(d.values()) == pytest.approx(1.0)
+    assert d["1"] == pytest.approx(0.25) and d["3"] == 0.0
+    assert distribution(None, ["1"]) is None and distribution({"9": 0.0}, ["1", "2"]) is None
+    assert most_probable({"1": 0.4, "2": 0.4, "3": 0.2}) == "1"  # ties: the lower score
 
 
-def test_score_logprobs_merges_forms_and_keeps_scale():
-    lp = score_logprobs_at({" 3": math.log(0.3), "3": math.log(0.1), "4": math.log(0.4),
-                            "7": math.log(0.1), "good": math.log(0.1)}, S5)
-    assert set(lp) == {3, 4}
-    assert math.exp(lp[3]) == pytest.approx(0.4)
-    assert score_logprobs_at({"1": -0.1}, S10) is None  # "10" would span two tokens
-    toks = ["ok", " [RESULT]", " ", "2"]
-    tops = [{}, {}, {" ": -0.1}, {"2": -0.2, "5": -2.0}]
-    assert score_logprobs_from_tokens(toks, tops, S5) == {2: -0.2, 5: -2.0}
-
-
-def test_average_score_probs_renormalises_and_averages():
-    probs = average_score_probs([{4: math.log(0.5), 5: math.log(0.5)}, {4: 0.0}, None], S5)
-    assert probs[4] == pytest.approx(0.75) and probs[5] == pytest.approx(0.25)
-    assert sum(probs.values()) == pytest.approx(1.0)
-    assert average_score_probs([None, {}], S5) is None
+def test_average_and_expected():
+    probs = average([{"4": 0.5, "5": 0.5}, {"4": 1.0, "5": 0.0}, None], ["4", "5"])
+    assert probs["4"] == pytest.approx(0.75) and expected(probs) == pytest.approx(4.25)
+    assert average([None], ["1"]) is None and expected(None) is None
 
 
 # --- voting --------------------------------------------------------------------------------
-def P(text):
-    return parse_score(text, S5)
+def P(text, probs=None):
+    """A read sample: what the text wrote, plus an optional completed distribution."""
+    return Judged(written=parse_score(text, S5), probs=probs, text=text)
+
+
+def D(**kw):
+    return {str(k): kw.get(f"p{k}", 0.0) for k in range(1, 6)}
 
 
 def test_majority_vote_and_statistics():
@@ -135,11 +126,22 @@ def test_tie_break_is_deterministic_and_documented(votes, winner):
     assert majority(list(reversed(votes))) == winner  # order does not matter
 
 
-def test_null_result_when_nothing_parses():
+def test_null_result_only_without_any_vote():
     g = vote_scores([P("no marker"), P("x [RESULT] 9")])
     assert g.score is None and g.agreement is None and g.mean is None and g.feedback is None
-    assert "no parseable sample" in g.reason and "outside 1-5" in g.reason
-    assert g.n_unparseable == 2
+    assert "no vote" in g.reason and "outside 1-5" in g.reason
+    assert g.n_unparseable == 2 and g.confidence is None
+
+
+def test_completed_distribution_votes_when_nothing_was_written():
+    g = vote_scores([P("no marker", D(p2=0.7, p3=0.3)), P("x [RESULT] 9", D(p2=0.2, p3=0.8)),
+                     P("y [RESULT] 3", D(p2=0.9, p3=0.1))])
+    # written (valid) beats completed; otherwise the completed argmax votes
+    assert g.votes == [2, 3, 3] and g.sources == ["completed", "completed", "written"]
+    assert g.score == 3 and g.n_written == 1 and g.written_agreement == 0.0
+    assert g.score_probs[2] == pytest.approx(0.6) and sum(g.score_probs.values()) == pytest.approx(1.0)
+    assert g.confidence == pytest.approx(g.score_probs[3]) and 0 <= g.confidence <= 1
+    assert g.expected_score == pytest.approx(2 * 0.6 + 3 * 0.4)
 
 
 def test_resampling_fills_only_failed_slots_and_is_bounded():
@@ -164,14 +166,22 @@ def test_resampling_stops_when_all_parse():
     assert slots.to_resample(5) == 0
 
 
-def test_logprob_expected_score_in_grade():
-    g = vote_scores([P("a [RESULT] 4")] * 2, S5, [{4: math.log(0.8), 5: math.log(0.2)}, None])
-    assert g.expected_score == pytest.approx(4.2)
-    assert g.to_dict()["score_probs"]["4"] == pytest.approx(0.8)
+def test_expected_score_in_grade():
+    g = vote_scores([P("a [RESULT] 4", D(p4=0.8, p5=0.2)), P("a [RESULT] 4")], S5)
+    assert g.expected_score == pytest.approx(4.2) and g.written_agreement == 1.0
+    assert g.to_dict()["score_probs"]["4"] == pytest.approx(0.8) and g.to_dict()["confidence"] == pytest.approx(0.8)
+
+
+def test_judged_record_round_trip():
+    j = P("ok [RESULT] 4", D(p4=1.0))
+    back = Judged.from_record(j.to_record())
+    assert (back.vote, back.source, back.probs) == ("4", "written", j.probs)
 
 
 def test_relative_vote_and_both_orders():
-    V = parse_verdict
+    def V(text, probs=None):
+        return Judged(written=parse_verdict(text), probs=probs, text=text)
+
     ab = [V("x [RESULT] A"), V("y [RESULT] A"), V("z [RESULT] B")]
     c = vote_verdicts(ab)
     assert c.winner == "A" and c.agreement == pytest.approx(2 / 3) and c.feedback == "x"
@@ -185,3 +195,7 @@ def test_relative_vote_and_both_orders():
     assert c4.winner is None and "tie" in c4.reason
     c5 = vote_verdicts([V("nothing")])
     assert c5.winner is None and c5.n_unparseable == 1
+    # completed A/B distributions vote and map back across the swap
+    c6 = vote_verdicts([V("no verdict", {"A": 0.8, "B": 0.2})], [V("none", {"A": 0.3, "B": 0.7})])
+    assert c6.winner == "A" and c6.consistent and c6.probs["A"] == pytest.approx(0.75)
+    assert c6.confidence == pytest.approx(0.75)
