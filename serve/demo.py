@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import secrets
 import sys
 from pathlib import Path
 
+log = logging.getLogger(__name__)
 VENDOR_MT_BENCH = Path(__file__).resolve().parents[1] / "data" / "vendor" / "prometheus-eval" / "mt_bench_eval.json"
 
 
@@ -59,16 +61,16 @@ def main(argv: list[str] | None = None) -> int:
     overrides = [f"engine.model={args.model}"] if args.model else []
     import tempfile
 
-    log = Path(args.log or tempfile.mkstemp(prefix="judgeforge-serve-", suffix=".log")[1])
-    server = ServerProcess(Path(args.config), overrides, env={"JUDGEFORGE_API_KEY": key}, log=log)
+    log_path = Path(args.log or tempfile.mkstemp(prefix="judgeforge-serve-", suffix=".log")[1])
+    server = ServerProcess(Path(args.config), overrides, env={"JUDGEFORGE_API_KEY": key}, log=log_path)
     try:
-        print(f"starting judgeforge serve on {server.url} (log: {log}) ...", file=sys.stderr)
+        log.info("starting judgeforge serve on %s (log: %s) ...", server.url, log_path)
         server.wait_ready()
         r = httpx.post(server.url + "/v1/grade", json=body, timeout=900,
                        headers={"Authorization": f"Bearer {key}"})
     finally:
         rc = server.stop()
-        print(f"server stopped (exit {rc})", file=sys.stderr)
+        log.info("server stopped (exit %s)", rc)
     print(f"MT-Bench item {meta['idx']} ({meta['category']}), response by {meta['response_model']}; "
           f"GPT-4 scores {meta['gpt4_scores']}")
     print(f"POST /v1/grade n={args.n} -> HTTP {r.status_code}")
@@ -77,4 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from judgeforge.cli import configure_logging
+
+    configure_logging()
     sys.exit(main())

@@ -13,6 +13,7 @@ last complete checkpoint.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ from judgeforge.train.config import TrainConfig
 # Config sections that define the training result; a resumed run must not change them.
 RESULT_FIELDS = ("model", "lora", "data", "optim", "precision", "seed")
 REPO = Path(__file__).resolve().parents[1]
+log = logging.getLogger(__name__)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,7 +69,7 @@ def launch_command(cfg: TrainConfig, argv: list[str]) -> list[str]:
 
 def launch_distributed(cfg: TrainConfig, argv: list[str]) -> int:
     cmd = launch_command(cfg, argv)
-    print("launching:", " ".join(cmd), file=sys.stderr)
+    log.info("launching: %s", " ".join(cmd))
     return subprocess.run(cmd).returncode
 
 
@@ -76,7 +78,7 @@ def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
     out = Path(cfg.out)
     adapter_dir = out / "adapter"
     if _check_run_dir(cfg, out) and (adapter_dir / "judgeforge.json").is_file():
-        print(f"judgeforge train: {out} already finished", file=sys.stderr)
+        log.info("%s already finished", out)
         return adapter_dir
     _setup_tracking(cfg, out)
     trainer, mix, sample_log, dropped = make_trainer(cfg, callbacks)
@@ -271,11 +273,11 @@ def _resume_point(cfg: TrainConfig, ckpt_root: Path, sample_log) -> Path | None:
         sample_log.truncate(0)
         return None
     for p in discard_incomplete(ckpt_root):
-        print(f"judgeforge train: removed incomplete checkpoint {p}", file=sys.stderr)
+        log.info("removed incomplete checkpoint %s", p)
     ckpt = last_complete(ckpt_root)
     sample_log.truncate(int(ckpt.name.split("-")[1]) if ckpt else 0)
     if ckpt:
-        print(f"judgeforge train: resuming from {ckpt}", file=sys.stderr)
+        log.info("resuming from %s", ckpt)
     return ckpt
 
 
@@ -313,4 +315,7 @@ def read_samples(out: str | Path) -> list[dict]:
 
 
 if __name__ == "__main__":
+    from judgeforge.cli import configure_logging
+
+    configure_logging()
     sys.exit(main())

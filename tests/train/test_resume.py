@@ -8,6 +8,7 @@ round continues from the saved adapter (not from a fresh one)."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -55,7 +56,7 @@ def lora_weights(adapter_dir) -> dict[str, torch.Tensor]:
 
 
 def test_killed_run_resumes_to_the_same_weights_and_examples(reference, tiny_mixtral, short_data, tmp_path,
-                                                             helpers, capfd):
+                                                             helpers, caplog):
     from judgeforge.train.run import train
 
     out = tmp_path / "run"
@@ -70,8 +71,9 @@ def test_killed_run_resumes_to_the_same_weights_and_examples(reference, tiny_mix
     assert not (out / "adapter").exists()
     assert len(read_jsonl(out / "samples.jsonl")) == 6  # steps 5-6 ran but were never checkpointed
 
+    caplog.set_level(logging.INFO, logger="judgeforge.train.run")
     adapter = train(cfg)  # the same command again
-    err = capfd.readouterr().err
+    err = caplog.text
     assert "removed incomplete checkpoint" in err and "checkpoint-6" in err
     assert f"resuming from {out / 'checkpoints' / 'checkpoint-4'}" in err
 

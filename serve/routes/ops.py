@@ -1,0 +1,39 @@
+"""GET /v1/models, /health (open: load balancers poll it) and /metrics (Prometheus)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, Response
+
+from judgeforge.serve.state import State, require_key
+
+router = APIRouter()
+guarded = [Depends(require_key)]
+
+
+@router.get("/v1/models", dependencies=guarded)
+async def models(state: State) -> dict:
+    engine = state.engine
+    data = [{"id": engine.model_name, "object": "model", "type": "base", "engine": engine.kind}]
+    data += [{"id": a, "object": "model", "type": "adapter", "parent": engine.model_name}
+             for a in engine.adapters()]
+    return {"object": "list", "data": data}
+
+
+@router.get("/health")
+async def health(state: State):
+    engine, admission = state.engine, state.admission
+    alive = state.engine_ok()
+    body = {"status": "ok" if alive else "dead", "engine": engine.kind, "model": engine.model_name,
+            "in_flight": admission.used, "max_in_flight": admission.limit,
+            "engine_unfinished": engine.num_unfinished() if alive else None}
+    if not alive:
+        body["reason"] = state.dead_reason()
+    return JSONResponse(body, status_code=200 if alive else 503)
+
+
+@router.get("/metrics", dependencies=guarded)
+async def prometheus(state: State):
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

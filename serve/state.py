@@ -1,0 +1,185 @@
+"""What every route of the grading API shares: one `AppState` per app, on `app.state.shared`.
+
+Routes get it with the `get_state` dependency (`state: State` in a signature);
+`require_key` is the bearer-key dependency of every route but /health.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+import time
+from typing import Annotated, Awaitable, Callable
+
+from fastapi import Depends, HTTPException, Request
+
+from judgeforge.judge.engines import EngineDead, EngineError, JudgeEngine, PromptTooLong, UnknownAdapter
+from judgeforge.judge.judge import Judge
+from judgeforge.serve.config import ServeConfig
+from judgeforge.serve.schemas import FieldError, validate_limits
+
+log = logging.getLogger(__name__)
+
+
+class Metrics:
+    """Prometheus metrics in a registry of their own (one per app)."""
+
+    def __init__(self):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("judgeforge_requests", "HTTP requests", ["route", "status"], registry=r)
+        self.latency = Histogram("judgeforge_request_latency_seconds", "Grading latency", ["route"],
+                                 registry=r, buckets=(.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300))
+        self.samples = Counter("judgeforge_samples", "Judge samples drawn (re-samples included)", registry=r)
+        self.parse_failures = Counter("judgeforge_parse_failures", "Samples that did not parse", registry=r)
+        self.null_scores = Counter("judgeforge_null_results", "Gradings with no parseable sample", registry=r)
+        self.in_flight = Gauge("judgeforge_in_flight", "Gradings admitted and not finished", registry=r)
+        self.engine_alive = Gauge("judgeforge_engine_alive", "1 while the engine can serve", registry=r)
+
+
+class Admission:
+    """Bounded admission: take `k` slots now or refuse (no queueing behind a full server)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.used = limit, 0
+
+    def try_take(self, k: int) -> bool:
+        if self.used + k > self.limit:
+            return False
+        self.used += k
+        return True
+
+    def give(self, k: int) -> None:
+        self.used -= k
+
+
+def api_key(cfg: ServeConfig) -> str | None:
+    return os.environ.get("JUDGEFORGE_API_KEY") or cfg.server.api_key or None
+
+
+class AppState:
+    """The engine, its Judge, metrics, admission, the API key and the engine's liveness."""
+
+    def __init__(self, cfg: ServeConfig, engine: JudgeEngine):
+        self.cfg, self.engine = cfg, engine
+        self.judge = Judge(engine, cfg.sampling)
+        self.metrics = Metrics()
+        self.admission = Admission(cfg.server.max_in_flight)
+        self.key = api_key(cfg)
+        self.alive, self.reason = engine.alive, None
+
+    # -- auth and liveness -------------------------------------------------
+
+    def require_key(self, request: Request) -> None:
+        if self.key is None:
+            return
+        got = request.headers.get("authorization", "")
+        if not hmac.compare_digest(got.encode(), f"Bearer {self.key}".encode()):
+            raise HTTPException(401, "missing or wrong API key (Authorization: Bearer ...)",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+    def engine_ok(self) -> bool:
+        """Engine liveness (cheap; the watcher also polls it so /metrics and /health follow)."""
+        if self.alive and not self.engine.alive:
+            self.alive, self.reason = False, "engine is dead"
+        return self.alive
+
+    def dead_reason(self) -> str:
+        return self.reason or "engine is dead"
+
+    async def watch_engine(self) -> None:
+        """Runs for the app's lifetime: notices a dead engine even with no traffic."""
+        while True:
+            was = self.alive
+            alive = self.engine_ok()
+            if was and not alive:
+                log.error("engine is dead: answering 503")
+            self.metrics.engine_alive.set(1 if alive else 0)
+            await asyncio.sleep(self.cfg.server.health_poll_s)
+
+    # -- before admission ----------------------------------------------------
+
+    def check(self, reqs: list, loc_prefix: str | None) -> None:
+        """Config limits, rubric/adapter names and context length: all before admission."""
+        cfg, engine, judge = self.cfg, self.engine, self.judge
+        if not self.engine_ok():
+            raise HTTPException(503, self.dead_reason())
+        limit = min(cfg.server.max_batch, cfg.server.max_in_flight)  # a bigger batch could never be admitted
+        if loc_prefix and len(reqs) > limit:
+            raise FieldError([loc_prefix], f"{len(reqs)} items; the limit is {limit}", "too_long")
+        for i, req in enumerate(reqs):
+            loc = [loc_prefix, i] if loc_prefix else []
+            validate_limits(req, cfg, loc)
+            item = req.item()
+            for swapped in ((False, True) if getattr(item, "both_orders", False) else (False,)):
+                msgs = item.messages(swapped) if hasattr(item, "both_orders") else item.messages()
+                try:
+                    engine.check_request(judge.request(msgs, item.options))
+                except UnknownAdapter as e:
+                    raise FieldError(loc + ["adapter"], str(e)) from None
+                except PromptTooLong as e:
+                    raise HTTPException(413, f"{'item ' + str(i) + ': ' if loc_prefix else ''}{e}") from None
+
+    # -- admitted work -------------------------------------------------------
+
+    async def guarded_run(self, request: Request, n_items: int, work: Callable[[], Awaitable]):
+        """Admit, run with timeout, cancel on disconnect or engine death."""
+        self._admit(n_items)
+        task = asyncio.ensure_future(work())
+        try:
+            return await self._supervise(request, task)
+        except EngineDead as e:
+            raise HTTPException(503, str(e)) from None
+        except PromptTooLong as e:
+            raise HTTPException(413, str(e)) from None
+        except ValueError as e:  # the engine's own request validation (e.g. vLLM's)
+            raise HTTPException(422, [{"loc": ["body"], "msg": str(e), "type": "value_error"}]) from None
+        except EngineError as e:
+            log.exception("engine error")
+            raise HTTPException(502, f"engine error: {e}") from None
+        finally:
+            if not task.done():
+                task.cancel()  # frees the engine work (vLLM aborts the request)
+                with contextlib.suppress(BaseException):
+                    await task
+            self.admission.give(n_items)
+            self.metrics.in_flight.dec(n_items)
+
+    def _admit(self, n_items: int) -> None:
+        admission = self.admission
+        if not admission.try_take(n_items):
+            raise HTTPException(429, f"server busy: {admission.used}/{admission.limit} gradings in flight",
+                                headers={"Retry-After": str(self.cfg.server.retry_after_s)})
+        self.metrics.in_flight.inc(n_items)
+
+    async def _supervise(self, request: Request, task: asyncio.Future):
+        """The task's result, unless the engine dies, the deadline passes or the client leaves."""
+        server = self.cfg.server
+        deadline = time.monotonic() + server.request_timeout_s
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=min(0.5, server.health_poll_s))
+            if done:
+                return task.result()
+            if not self.engine_ok():
+                raise HTTPException(503, self.dead_reason())
+            if time.monotonic() > deadline:
+                raise HTTPException(504, f"grading exceeded {server.request_timeout_s:g}s")
+            if await request.is_disconnected():
+                raise HTTPException(499, "client disconnected")
+
+
+def get_state(request: Request) -> AppState:
+    """FastAPI dependency: the app's shared state."""
+    return request.app.state.shared
+
+
+def require_key(request: Request) -> None:
+    """FastAPI dependency: 401 unless the bearer key matches (when one is set)."""
+    get_state(request).require_key(request)
+
+
+State = Annotated[AppState, Depends(get_state)]
