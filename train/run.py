@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Sequence
 
 from judgeforge.config import ConfigError, command_parser, load_config, save_resolved
-from judgeforge.data.templates import TEMPLATE_VERSION
 from judgeforge.io import atomic_write_json, read_jsonl
+from judgeforge.judge.adapters import meta_path
 from judgeforge.train.config import TrainConfig
 
 # Config sections that define the training result; a resumed run must not change them.
@@ -77,7 +77,7 @@ def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
     """Train (or resume) the run `cfg.out`; returns the final adapter directory."""
     out = Path(cfg.out)
     adapter_dir = out / "adapter"
-    if _check_run_dir(cfg, out) and (adapter_dir / "judgeforge.json").is_file():
+    if _check_run_dir(cfg, out) and meta_path(adapter_dir) is not None:
         log.info("%s already finished", out)
         return adapter_dir
     _setup_tracking(cfg, out)
@@ -191,16 +191,16 @@ def _load_model(cfg: TrainConfig):
 
 def adapter_path(path: str) -> Path:
     """A previous run dir or its adapter dir -> the adapter dir (template version checked)."""
-    import json
+    from judgeforge.judge.adapters import TemplateVersionMismatch, check_template_version
 
     p = Path(path)
     p = p / "adapter" if (p / "adapter" / "adapter_config.json").is_file() else p
     if not (p / "adapter_config.json").is_file():
         raise ConfigError(f"model.adapter {path} holds no LoRA adapter (adapter_config.json)")
-    meta = p / "judgeforge.json"
-    version = json.loads(meta.read_text()).get("template_version") if meta.is_file() else None
-    if version not in (None, TEMPLATE_VERSION):
-        raise ConfigError(f"adapter {p} was trained on template {version!r}, not {TEMPLATE_VERSION!r}")
+    try:
+        check_template_version(p, required=False)
+    except TemplateVersionMismatch as e:
+        raise ConfigError(str(e)) from None
     return p
 
 
@@ -287,6 +287,7 @@ def _evaluated_at(trainer, step: int) -> bool:
 
 def _save_final(cfg: TrainConfig, trainer, adapter_dir: Path, mix) -> None:
     """Adapter + tokenizer + config + judgeforge.json, moved into place only when complete."""
+    from judgeforge.judge.adapters import META_FILE, new_meta
     from judgeforge.models import resolve_model
     from judgeforge.train.lora import lora_summary
 
@@ -296,14 +297,14 @@ def _save_final(cfg: TrainConfig, trainer, adapter_dir: Path, mix) -> None:
         return
     save_resolved(cfg, staging)
     summary = lora_summary(trainer.model)
-    atomic_write_json(staging / "judgeforge.json", {
-        "template_version": TEMPLATE_VERSION, "base_model": cfg.model.name,
-        "base_model_resolved": resolve_model(cfg.model.name) if cfg.model.name == "default" else cfg.model.name,
-        "continued_from": str(adapter_path(cfg.model.adapter)) if cfg.model.adapter else None,
-        "data": [{k: s[k] for k in ("path", "manifest_sha256", "train_sha256", "used")} for s in mix.sources],
-        "global_step": trainer.state.global_step, "lora_dropout": cfg.lora.dropout,
-        "lora_modules": len(summary["modules"]), "lora_parameters": summary["parameters"],
-        "trainable_params": summary["trainable_params"]})
+    atomic_write_json(staging / META_FILE, new_meta(
+        base_model=cfg.model.name,
+        base_model_resolved=resolve_model(cfg.model.name) if cfg.model.name == "default" else cfg.model.name,
+        continued_from=str(adapter_path(cfg.model.adapter)) if cfg.model.adapter else None,
+        data=[{k: s[k] for k in ("path", "manifest_sha256", "train_sha256", "used")} for s in mix.sources],
+        global_step=trainer.state.global_step, lora_dropout=cfg.lora.dropout,
+        lora_modules=len(summary["modules"]), lora_parameters=summary["parameters"],
+        trainable_params=summary["trainable_params"]))
     if adapter_dir.exists():
         shutil.rmtree(adapter_dir)
     os.replace(staging, adapter_dir)
