@@ -230,7 +230,8 @@ def vote_verdicts(ab: Sequence[Judged], ba: Sequence[Judged] | None = None) -> C
     if ba is not None:
         back = _unswap(ba)
         w2, counts2, reason2 = _winner(back)
-        swapped, allj, counts = [j.vote for j in back], allj + back, counts + counts2
+        # swapped_votes are as voted in the swapped prompt (its own A/B labels)
+        swapped, allj, counts = [j.vote for j in ba], allj + back, counts + counts2
         consistent = winner is not None and winner == w2
         if winner is None or w2 is None:
             reason, winner = reason or f"swapped order: {reason2}", None

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from judgeforge.data.templates import RUBRIC_PRESETS, Rubric, Scale
-from judgeforge.serve.judge import CompareItem, GradeItem, Options
+from judgeforge.judge.items import CompareItem, GradeItem, Options
 
 _DESC_KEY = re.compile(r"^score(\d{1,3})_description$")
 
@@ -55,11 +55,14 @@ class SamplingIn(BaseModel):
     max_tokens: int | None = Field(None, ge=1, le=1_000_000)
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
     adapter: str | None = Field(None, description="LoRA adapter name from GET /v1/models; null = base")
+    feedback: bool | None = Field(None, description="false: score-only (the distribution straight after "
+                                  "the prompt and `[RESULT] `, no feedback written); null: server default")
     include_samples: bool = Field(False, description="also return the raw text of every sample")
 
     def options(self) -> Options:
         return Options(n=self.n, temperature=self.temperature, top_p=self.top_p,
-                       max_tokens=self.max_tokens, seed=self.seed, adapter=self.adapter)
+                       max_tokens=self.max_tokens, seed=self.seed, adapter=self.adapter,
+                       feedback=self.feedback)
 
 
 PresetName = Literal[tuple(sorted(RUBRIC_PRESETS))]  # type: ignore[valid-type]
@@ -139,18 +142,28 @@ def validate_limits(req: GradeRequest | CompareRequest, cfg, loc: list | None = 
 
 
 class GradeResponse(BaseModel):
-    score: int | None = Field(description="voted score; null when no sample parsed (see reason)")
+    score: int | None = Field(description="voted score; null only when no sample has a vote (an engine "
+                              "that cannot complete scores and wrote none; see reason)")
     reason: str | None = None
-    votes: list[int | None]
-    distribution: dict[str, int]
+    votes: list[int | None] = Field(description="one per sample: the score it wrote, else its completed "
+                                    "distribution's most probable value")
+    sources: list[str | None] = Field([], description="per vote: 'written' by the judge or 'completed'")
+    distribution: dict[str, int] = Field(description="votes per score")
     agreement: float | None = Field(description="share of valid votes equal to the voted score")
     mean: float | None
     n_valid: int
-    n_unparseable: int
+    n_unparseable: int = Field(description="samples that wrote no valid score themselves")
     feedback: str | None = Field(description="feedback of one sample that voted with the majority")
     score_probs: dict[str, float] | None = Field(
-        None, description="probability of each score at the score position, averaged over samples")
-    expected_score: float | None = None
+        None, description="the judge's probability of each score, read after `[RESULT] ` following each "
+        "sample's feedback, renormalised over the scale and averaged over samples")
+    expected_score: float | None = Field(None, description="expectation of score_probs")
+    confidence: float | None = Field(None, description="the judge's probability of the voted score "
+                                     "(score_probs[score]); the vote agreement where no distribution")
+    n_written: int = Field(0, description="samples whose score the judge wrote itself")
+    written_agreement: float | None = Field(
+        None, description="of samples that wrote a score, the share whose written score is the completed "
+        "distribution's most probable value")
     n_sampled: int = Field(0, description="samples drawn, re-samples included")
     failures: dict[str, int] = {}
     samples: list[str | None] | None = Field(None, description="raw sample texts (include_samples)")
@@ -172,6 +185,12 @@ class CompareResponse(BaseModel):
     n_valid: int
     n_unparseable: int
     feedback: str | None
+    probs: dict[str, float] | None = Field(None, description="P(A wins), P(B wins) from the completed "
+                                           "distributions, averaged over samples and orders")
+    confidence: float | None = Field(None, description="probs[winner]")
+    n_written: int = 0
+    written_agreement: float | None = None
+    samples: list[str | None] | None = Field(None, description="raw sample texts, both orders (include_samples)")
     model: str
     adapter: str | None = None
     latency_s: float

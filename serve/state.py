@@ -103,26 +103,27 @@ class AppState:
 
     # -- before admission ----------------------------------------------------
 
-    def check(self, reqs: list, loc_prefix: str | None) -> None:
-        """Config limits, rubric/adapter names and context length: all before admission."""
-        cfg, engine, judge = self.cfg, self.engine, self.judge
+    def check(self, reqs: list, loc_prefix: str | None) -> list[tuple]:
+        """Config limits, rubric/adapter names and context length, all before admission; each
+        request's (item, prepared engine requests): rendered and tokenized here, once."""
+        cfg, judge = self.cfg, self.judge
         if not self.engine_ok():
             raise HTTPException(503, self.dead_reason())
         limit = min(cfg.server.max_batch, cfg.server.max_in_flight)  # a bigger batch could never be admitted
         if loc_prefix and len(reqs) > limit:
             raise FieldError([loc_prefix], f"{len(reqs)} items; the limit is {limit}", "too_long")
+        out = []
         for i, req in enumerate(reqs):
             loc = [loc_prefix, i] if loc_prefix else []
             validate_limits(req, cfg, loc)
             item = req.item()
-            for swapped in ((False, True) if getattr(item, "both_orders", False) else (False,)):
-                msgs = item.messages(swapped) if hasattr(item, "both_orders") else item.messages()
-                try:
-                    engine.check_request(judge.request(msgs, item.options))
-                except UnknownAdapter as e:
-                    raise FieldError(loc + ["adapter"], str(e)) from None
-                except PromptTooLong as e:
-                    raise HTTPException(413, f"{'item ' + str(i) + ': ' if loc_prefix else ''}{e}") from None
+            try:
+                out.append((item, judge.requests(item)))
+            except UnknownAdapter as e:
+                raise FieldError(loc + ["adapter"], str(e)) from None
+            except PromptTooLong as e:
+                raise HTTPException(413, f"{'item ' + str(i) + ': ' if loc_prefix else ''}{e}") from None
+        return out
 
     # -- admitted work -------------------------------------------------------
 

@@ -19,19 +19,21 @@ import sys
 import time
 from pathlib import Path
 
-from judgeforge.serve.engines import JudgeEngine, PromptTooLong, Sample, SampleRequest, UnknownAdapter
+from judgeforge.judge.engines import JudgeEngine, PromptTooLong, Sample, SampleRequest, UnknownAdapter
 
+SCRIPTED_LOGPROBS = {"3": -1.2, "4": -0.4, "A": -0.4, "B": -1.2}
+"""The completed choice log-probabilities a ScriptedEngine reports (those among the request's choices)."""
 
-from judgeforge.serve.engines import (JudgeEngine, PromptTooLong, Sample, SampleRequest,
-                                      UnknownAdapter)
 
 class ScriptedEngine(JudgeEngine):
-    """Answers from a script of texts (cycled); 1 token = 4 characters of the prompt."""
+    """Answers from a script of texts (cycled), each completed with SCRIPTED_LOGPROBS unless
+    `complete=False` (an endpoint that cannot continue a prompt); 1 token = 4 prompt characters."""
 
     kind = "fake"
 
     def __init__(self, texts=("Good. [RESULT] 4",), delay: float = 0.0, max_model_len: int = 4096,
-                 adapters=("ad1",)):
+                 adapters=("ad1",), complete: bool = True):
+        self.can_complete = complete
         self.texts = itertools.cycle(texts)
         self.delay = delay
         self.max_model_len = max_model_len
@@ -51,25 +53,28 @@ class ScriptedEngine(JudgeEngine):
     def count_tokens(self, messages):
         return sum(len(m["content"]) for m in messages) // 4
 
-    def check_request(self, req):
+    def prepare(self, req):
         if req.adapter is not None and req.adapter not in self._adapters:
             raise UnknownAdapter(req.adapter, self._adapters)
         n = self.count_tokens(req.messages)
         if n + req.max_tokens > self.max_model_len:
             raise PromptTooLong(n, req.max_tokens, self.max_model_len)
+        return req
 
     def _samples(self, req):
         self.calls.append(req)
-        return [Sample(text=next(self.texts), finish_reason="stop",
-                       score_logprobs={3: -1.2, 4: -0.4}) for _ in range(req.n)]
+        lps = {c: lp for c, lp in SCRIPTED_LOGPROBS.items() if c in req.choices} if self.can_complete else None
+        why = None if self.can_complete else "scripted engine without completion"
+        if not req.feedback:
+            return [Sample(text="", finish_reason="score_only", choice_logprobs=lps, completion=why)] * req.n
+        return [Sample(text=next(self.texts), finish_reason="stop", choice_logprobs=lps, completion=why)
+                for _ in range(req.n)]
 
     def generate(self, requests):
-        for r in requests:
-            self.check_request(r)
-        return [self._samples(r) for r in requests]
+        return [self._samples(self.prepare(r)) for r in requests]
 
     async def agenerate(self, req):
-        self.check_request(req)
+        self.prepare(req)
         try:
             if self.delay:
                 await asyncio.sleep(self.delay)
@@ -139,7 +144,7 @@ def make_lora_adapter(base_dir: str | Path, out_dir: str | Path, r: int = 8, see
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from judgeforge.data.templates import TEMPLATE_VERSION
+    from judgeforge.judge.adapters import META_FILE, new_meta
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
@@ -148,6 +153,8 @@ def make_lora_adapter(base_dir: str | Path, out_dir: str | Path, r: int = 8, see
     peft_model = get_peft_model(model, cfg)
     out = Path(out_dir)
     peft_model.save_pretrained(out)
-    (out / "judgeforge.json").write_text(json.dumps(
-        {"template_version": template_version or TEMPLATE_VERSION, "base_model": str(base_dir)}))
+    meta = new_meta(base_model=str(base_dir))
+    if template_version:
+        meta["template_version"] = template_version
+    (out / META_FILE).write_text(json.dumps(meta))
     return out

@@ -33,17 +33,20 @@ def grade_out(state: AppState, req: GradeRequest, grade, t0: float) -> GradeResp
 
 
 def compare_out(state: AppState, req: CompareRequest, cmp, t0: float) -> CompareResponse:
-    return CompareResponse(**cmp.to_dict(), model=state.engine.model_name, adapter=req.adapter,
+    out = cmp.to_dict()
+    if not req.include_samples:
+        out["samples"] = None
+    return CompareResponse(**out, model=state.engine.model_name, adapter=req.adapter,
                            latency_s=time.monotonic() - t0)
 
 
 @router.post("/v1/grade", response_model=GradeResponse)
 async def grade(req: GradeRequest, request: Request, state: State):
     judge = state.judge
-    state.check([req], None)
+    [(item, prepared)] = state.check([req], None)
     t0 = time.monotonic()
     with state.metrics.latency.labels("/v1/grade").time():
-        g = await state.guarded_run(request, 1, lambda: judge.agrade(req.item()))
+        g = await state.guarded_run(request, 1, lambda: judge.agrade(item, prepared))
     return grade_out(state, req, g, t0)
 
 
@@ -51,9 +54,9 @@ async def grade(req: GradeRequest, request: Request, state: State):
 async def grade_batch(body: GradeBatchRequest, request: Request,
                       state: State) -> dict[str, list[GradeResponse]]:
     judge = state.judge
-    state.check(body.items, "items")
+    checked = state.check(body.items, "items")
     t0 = time.monotonic()
-    work = lambda: asyncio.gather(*(judge.agrade(r.item()) for r in body.items))  # noqa: E731
+    work = lambda: asyncio.gather(*(judge.agrade(it, rs) for it, rs in checked))  # noqa: E731
     with state.metrics.latency.labels("/v1/grade/batch").time():
         grades = await state.guarded_run(request, len(body.items), work)
     return {"results": [grade_out(state, r, g, t0) for r, g in zip(body.items, grades)]}
@@ -62,10 +65,10 @@ async def grade_batch(body: GradeBatchRequest, request: Request,
 @router.post("/v1/compare", response_model=CompareResponse)
 async def compare(req: CompareRequest, request: Request, state: State):
     judge = state.judge
-    state.check([req], None)
+    [(item, prepared)] = state.check([req], None)
     t0 = time.monotonic()
     with state.metrics.latency.labels("/v1/compare").time():
-        c = await state.guarded_run(request, 1, lambda: judge.acompare(req.item()))
+        c = await state.guarded_run(request, 1, lambda: judge.acompare(item, prepared))
     return compare_out(state, req, c, t0)
 
 
@@ -73,9 +76,9 @@ async def compare(req: CompareRequest, request: Request, state: State):
 async def compare_batch(body: CompareBatchRequest, request: Request,
                         state: State) -> dict[str, list[CompareResponse]]:
     judge = state.judge
-    state.check(body.items, "items")
+    checked = state.check(body.items, "items")
     t0 = time.monotonic()
-    work = lambda: asyncio.gather(*(judge.acompare(r.item()) for r in body.items))  # noqa: E731
+    work = lambda: asyncio.gather(*(judge.acompare(it, rs) for it, rs in checked))  # noqa: E731
     with state.metrics.latency.labels("/v1/compare/batch").time():
         cmps = await state.guarded_run(request, len(body.items), work)
     return {"results": [compare_out(state, r, c, t0) for r, c in zip(body.items, cmps)]}

@@ -64,19 +64,40 @@ def test_custom_rubric_scale_reference_and_adapter(client):
     assert "Score 10: yes" in req.messages[1]["content"] and "between 1 and 10" in req.messages[1]["content"]
 
 
-def test_resampling_only_unparseable_then_null(monkeypatch):
+def test_completed_scores_vote_without_resampling(monkeypatch):
     monkeypatch.delenv("JUDGEFORGE_API_KEY", raising=False)
-    app, engine = make(FakeEngine(texts=["ok [RESULT] 2", "rambling", "ok [RESULT] 3"]),
+    app, engine = make(FakeEngine(texts=["ok [RESULT] 2", "rambling", "no marker either"]))
+    with TestClient(app) as c:
+        d = c.post("/v1/grade", json={**BODY, "n": 3, "include_samples": True}, headers=AUTH).json()
+    assert [r.n for r in engine.calls] == [3] and d["n_sampled"] == 3
+    assert d["votes"] == [2, 4, 4] and d["sources"] == ["written", "completed", "completed"]
+    assert d["score"] == 4 and d["n_written"] == 1 and d["written_agreement"] == 0.0
+    p3, p4 = math.exp(-1.2), math.exp(-0.4)
+    assert d["confidence"] == pytest.approx(p4 / (p3 + p4)) and d["reason"] is None
+
+
+def test_score_only_option(monkeypatch):
+    monkeypatch.delenv("JUDGEFORGE_API_KEY", raising=False)
+    app, engine = make()
+    with TestClient(app) as c:
+        d = c.post("/v1/grade", json={**BODY, "feedback": False}, headers=AUTH).json()
+    assert engine.calls[-1].feedback is False and d["score"] == 4 and d["failures"] == {}
+
+
+def test_resampling_only_unparseable_then_null(monkeypatch):
+    """An engine that cannot complete (a chat endpoint): unparseable samples are re-drawn, bounded."""
+    monkeypatch.delenv("JUDGEFORGE_API_KEY", raising=False)
+    app, engine = make(FakeEngine(texts=["ok [RESULT] 2", "rambling", "ok [RESULT] 3"], complete=False),
                        **{"sampling.max_resample_rounds": 1})
     with TestClient(app) as c:
         d = c.post("/v1/grade", json={**BODY, "n": 3}, headers=AUTH).json()
         assert [r.n for r in engine.calls] == [3, 1]  # only the failed sample is re-drawn
         assert d["votes"] == [2, 2, 2] or d["n_sampled"] == 4
         assert d["n_sampled"] == 4
-    app, engine = make(FakeEngine(texts=["no verdict"]), **{"sampling.max_resample_rounds": 2})
+    app, engine = make(FakeEngine(texts=["no verdict"], complete=False), **{"sampling.max_resample_rounds": 2})
     with TestClient(app) as c:
         d = c.post("/v1/grade", json=BODY, headers=AUTH).json()
-        assert d["score"] is None and "no parseable sample" in d["reason"] and d["n_sampled"] == 9
+        assert d["score"] is None and "no vote" in d["reason"] and d["n_sampled"] == 9
         assert "judgeforge_null_results_total 1.0" in c.get("/metrics", headers=AUTH).text
 
 
@@ -238,7 +259,7 @@ def test_client_disconnect_cancels_engine_work(monkeypatch):
 
 
 def test_engine_side_validation_error_is_422_not_500(monkeypatch):
-    from judgeforge.serve.engines import InvalidRequest
+    from judgeforge.judge.engines import InvalidRequest
 
     class Picky(FakeEngine):
         async def agenerate(self, req):
@@ -253,7 +274,7 @@ def test_engine_side_validation_error_is_422_not_500(monkeypatch):
 
 def test_greedy_failures_are_not_resampled(monkeypatch):
     monkeypatch.delenv("JUDGEFORGE_API_KEY", raising=False)
-    app, engine = make(FakeEngine(texts=["no verdict"]))
+    app, engine = make(FakeEngine(texts=["no verdict"], complete=False))
     with TestClient(app) as c:
         d = c.post("/v1/grade", json={**BODY, "temperature": 0}, headers=AUTH).json()
     assert d["score"] is None and d["n_sampled"] == 3 and [r.n for r in engine.calls] == [3]
