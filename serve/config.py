@@ -1,8 +1,5 @@
-"""`judgeforge serve` / `judgeforge grade` config: engine, sampling, HTTP server.
-
-Batch evaluation reuses `EngineConfig` and `SamplingConfig` (with `build_engine`
-and `Judge` from this package), so eval and the API grade the same way.
-"""
+"""`judgeforge serve` / `judgeforge grade` config: the judge core's engine and sampling sections
+(judgeforge.judge.config) plus the HTTP server's own."""
 
 from __future__ import annotations
 
@@ -11,94 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from judgeforge.config import Config
-
-
-class EngineConfig(Config):
-    kind: Literal["vllm", "transformers", "openai"] = "vllm"
-    """Which engine produces the samples: in-process vLLM, transformers `generate`, or an
-    OpenAI-compatible endpoint."""
-    model: str = "default"
-    """Base (or merged) judge model: `default` (embedded SmolLM2), a local dir or a hub id.
-    For `openai`, the model name sent to the endpoint."""
-    adapters: dict[str, str] = {}
-    """LoRA adapters served per request, name -> adapter dir. Each dir must record the
-    template version it was trained with (judgeforge.json). On CPU prefer a merged model."""
-    allow_unversioned_adapters: bool = False
-    """Serve adapters that record no template version (not recommended)."""
-    max_model_len: int = 2048
-    """Context length (prompt + generated tokens); longer inputs are refused with 413."""
-    dtype: str = "auto"
-    """Weights dtype (vLLM `dtype`; transformers: auto -> float32 on CPU)."""
-    seed: int = 0
-    """Engine seed; per-request seeds make samples reproducible."""
-    top_logprobs: int = 10
-    """Top-k log-probabilities per generated token (for the score distribution); 0 disables."""
-    # vLLM
-    enable_prefix_caching: bool = True
-    """vLLM: reuse the KV cache of shared prompt prefixes (same rubric/instruction)."""
-    max_lora_rank: int = 16
-    """vLLM: largest LoRA rank among `adapters` (the BiGGen recipe uses 256)."""
-    max_loras: int = 2
-    """vLLM: adapters resident at once."""
-    max_num_seqs: int = 64
-    """vLLM: sequences decoded together (one n=5 request is 5 sequences)."""
-    kv_cache_gb: int | None = 1
-    """vLLM-cpu: KV cache size in GiB (sets VLLM_CPU_KVCACHE_SPACE if unset); None leaves it."""
-    gpu_memory_utilization: float = 0.9
-    """vLLM on GPU: share of GPU memory to use."""
-    tensor_parallel_size: int = 1
-    """vLLM on GPU: tensor parallelism (replicas are separate servers behind `openai`)."""
-    enforce_eager: bool = False
-    """vLLM: skip graph compilation (faster start, slower decode)."""
-    # transformers
-    batch_size: int = 8
-    """transformers: prompts per `generate` call (each with n samples)."""
-    device: str = "auto"
-    cpu_threads: int | None = None
-    """transformers on CPU: torch intra-op threads for this process (None: torch's default). On a
-    shared machine use 1: OpenMP threads spin and generation collapsed 20x under contention."""
-    """transformers: torch device (auto -> cuda if available else cpu)."""
-    # openai
-    base_url: str = "http://127.0.0.1:8001/v1"
-    """openai: endpoint base URL (e.g. a `vllm serve` replica)."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """openai: environment variable holding the endpoint's key."""
-    api: Literal["chat", "completions"] = "chat"
-    """openai: `chat` sends the messages (the server applies its chat template);
-    `completions` sends the prompt rendered here (byte-identical; needs `tokenizer`)."""
-    tokenizer: str | None = None
-    """Tokenizer for counting/rendering when the model is remote (openai); default `model`."""
-    timeout_s: float = 300.0
-    """openai: per-call HTTP timeout."""
-    max_concurrency: int = 16
-    """openai: concurrent calls to the endpoint."""
-
-
-class SamplingConfig(Config):
-    n: int = Field(5, ge=1)
-    """Default samples per grading (self-consistency votes)."""
-    max_n: int = Field(16, ge=1)
-    """Largest `n` a request may ask for (422 above it)."""
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    """Default sampling temperature (Prometheus: 1.0)."""
-    top_p: float = Field(0.9, gt=0.0, le=1.0)
-    """Nucleus sampling (Prometheus: 0.9)."""
-    max_tokens: int = Field(512, ge=1)
-    """Generated tokens per sample (feedback + `[RESULT] n`)."""
-    max_tokens_limit: int = Field(2048, ge=1)
-    """Largest `max_tokens` a request may ask for (422 above it)."""
-    max_resample_rounds: int = Field(2, ge=0)
-    """Extra rounds that re-sample only the unparseable samples."""
-    seed: int | None = None
-    """Per-request seed (None: random); with a seed, results are reproducible per request."""
-
-    @model_validator(mode="after")
-    def _n_le_max(self):
-        if self.n > self.max_n:
-            raise ValueError(f"n={self.n} exceeds max_n={self.max_n}")
-        if self.max_tokens > self.max_tokens_limit:
-            raise ValueError(f"max_tokens={self.max_tokens} exceeds max_tokens_limit={self.max_tokens_limit}")
-        return self
+from judgeforge.judge.config import EngineConfig, SamplingConfig
 
 
 class ServerConfig(Config):

@@ -16,9 +16,10 @@ GRADE = textwrap.dedent("""
     import json, sys
     from judgeforge.data.templates import Rubric
     from judgeforge.io import read_jsonl
-    from judgeforge.serve.config import EngineConfig, SamplingConfig
-    from judgeforge.serve.engines import build_engine
-    from judgeforge.serve.judge import GradeItem, Judge
+    from judgeforge.judge.config import EngineConfig, SamplingConfig
+    from judgeforge.judge.engines import build_engine
+    from judgeforge.judge.items import GradeItem
+    from judgeforge.judge.judge import Judge
 
     if __name__ == "__main__":
         rec = read_jsonl(sys.argv[2])[0]
@@ -68,5 +69,6 @@ def test_default_recipe_trains_smollm2_and_the_merged_judge_grades(repo, build_d
     assert g.returncode == 0, g.stderr[-3000:]
     grade = json.loads(g.stdout.split("GRADE ", 1)[1])
     assert len(grade["votes"]) == 2  # both samples came back from the served merged judge
-    # A score is either parsed from `[RESULT] n` within 1-5, or absent with a reason: never invented.
-    assert grade["score"] in {1, 2, 3, 4, 5} or (grade["score"] is None and grade["reason"])
+    # Every sample votes: the score it wrote, or its completed distribution's most probable value.
+    assert grade["score"] in {1, 2, 3, 4, 5} and all(v in {1, 2, 3, 4, 5} for v in grade["votes"])
+    assert sum(grade["score_probs"].values()) == pytest.approx(1.0) and 0 < grade["confidence"] <= 1
