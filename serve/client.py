@@ -82,10 +82,40 @@ async def _err(err, progress):
     return {"error": {"status": 400, "detail": err}}
 
 
+def _grade_chunk(judge, items, prepared):
+    return judge.grade(items, [p[0] for p in prepared])
+
+
+def _compare_chunk(judge, items, prepared):
+    return judge.compare(items, prepared)
+
+
+def _run_chunk(judge, fn, items) -> list[dict]:
+    """Each item prepared once (a too-long or unknown-adapter item fails alone), the rest graded."""
+    from judgeforge.judge.engines import EngineError, PromptTooLong, UnknownAdapter
+
+    out: list[dict | None] = [None] * len(items)
+    ok, prepared = [], []
+    for k, item in enumerate(items):
+        try:
+            prepared.append(judge.requests(item))
+            ok.append(k)
+        except (PromptTooLong, UnknownAdapter) as e:
+            out[k] = {"error": {"status": 413 if isinstance(e, PromptTooLong) else 422, "detail": str(e)}}
+    if ok:
+        try:
+            for k, res in zip(ok, fn(judge, [items[k] for k in ok], prepared)):
+                out[k] = {"result": res.to_dict()}
+        except EngineError as e:
+            for k in ok:
+                out[k] = {"error": {"status": 500, "detail": str(e)}}
+    return out  # type: ignore[return-value]
+
+
 def _grade_local(rows, config: str | None, overrides: list[str], progress) -> list[dict]:
     from judgeforge.config import load_config
     from judgeforge.serve.config import ServeConfig
-    from judgeforge.judge.engines import EngineError, build_engine
+    from judgeforge.judge.engines import build_engine
     from judgeforge.judge.judge import Judge
     from judgeforge.serve.schemas import CompareRequest, GradeRequest, validate_limits
 
@@ -106,17 +136,11 @@ def _grade_local(rows, config: str | None, overrides: list[str], progress) -> li
         (compare_ix if "response_a" in body else grade_ix).append(i)
     with build_engine(cfg) as engine:
         judge = Judge(engine, cfg.sampling)
-        for ix, fn in ((grade_ix, judge.grade), (compare_ix, judge.compare)):
+        for ix, fn in ((grade_ix, _grade_chunk), (compare_ix, _compare_chunk)):
             for k in range(0, len(ix), 16):  # chunks: progress moves, engine still batches
                 chunk = ix[k:k + 16]
-                try:
-                    outs = fn([reqs[i][1] for i in chunk])
-                    for i, o in zip(chunk, outs):
-                        results[i] = {"result": o.to_dict()}
-                except EngineError as e:
-                    for i in chunk:
-                        results[i] = {"error": {"status": 413 if "context" in str(e) else 500,
-                                                "detail": str(e)}}
+                for i, out in zip(chunk, _run_chunk(judge, fn, [reqs[i][1] for i in chunk])):
+                    results[i] = out
                 progress.update(len(chunk))
     progress.update(sum(1 for _, _, e in rows if e is not None))
     return results  # type: ignore[return-value]
