@@ -13,6 +13,8 @@ in exactly one bucket, and the manifest proves the arithmetic:
 
 from __future__ import annotations
 
+import difflib
+import logging
 import operator
 import sys
 import tempfile
@@ -36,6 +38,12 @@ from judgeforge.io import atomic_dir, atomic_write_json, dumps_record, sha256_fi
 
 BUCKETS = ("train", "test", "dropped_by_policy", "dropped_by_split", "decontaminated")
 _order = operator.attrgetter("order")
+log = logging.getLogger(__name__)
+
+
+class EmptyBuildError(ConfigError):
+    """A build that would write no records (allowed only with `allow_empty`): almost always the wrong
+    reader, column mapping or split, so it fails loudly instead of writing an empty train.jsonl."""
 
 
 @dataclass(slots=True)
@@ -100,7 +108,7 @@ def _read_sources(cfg: BuildConfig, pool: Pool, spool: Spool):
             raise ConfigError(f"two sources are named {name!r}; give them distinct `name`s")
         c = counts[name] = SourceCounts()
         ctx = make_context(src.format, name, src.scale, src.judge_model, cfg.check_feedback_score, src.columns,
-                           src.rubric_preset)
+                           src.rubric_preset, src.prompt_name)
         parse = PARSERS[src.format]
         records, local = open_source(src.path, src.hf_split, src.hf_config)
         inputs.append({"name": name, "format": src.format, "path": src.path, "sha256": sha256_path(local),
@@ -237,8 +245,59 @@ def run_build(cfg: BuildConfig, out: str | Path | None = None) -> dict:
             spool.close()
 
 
+def _describe_inputs(cfg: BuildConfig) -> str:
+    return "; ".join(f"{src.display_name()} ({src.format}, {src.path})" for src in cfg.sources)
+
+
+def _top_reasons(rejects: list[dict], n: int = 3) -> str:
+    """The most frequent reject reasons with counts, each with its first example."""
+    counts = Counter(r["reason"] for r in rejects)
+    first = {}
+    for r in rejects:
+        first.setdefault(r["reason"], r)
+    return ", ".join(f"{reason} {count} (e.g. {first[reason]['source']} line {first[reason]['line']}: "
+                     f"{first[reason]['detail'][:120]!r})" for reason, count in counts.most_common(n))
+
+
+def check_not_empty(cfg: BuildConfig, kept: list[Kept], rejects: list[dict]) -> None:
+    if kept or cfg.allow_empty:
+        return
+    reasons = _top_reasons(rejects) or "none (the inputs hold no records)"
+    raise EmptyBuildError(
+        f"the build kept 0 of {len(rejects)} records read from {_describe_inputs(cfg)}; top reject reasons: "
+        f"{reasons}. Check each source's `format` (and `columns`), or set allow_empty=true to write it anyway")
+
+
+def check_written(cfg: BuildConfig, buckets: dict[str, list[Kept]]) -> None:
+    """Kept records can all be dropped later (policy, split, decontamination): as empty as keeping none."""
+    if buckets["train"] or buckets["test"] or cfg.allow_empty:
+        return
+    dropped = ", ".join(f"{b} {len(buckets[b])}" for b in BUCKETS[2:])
+    raise EmptyBuildError(f"the build would write 0 records to train/test from {_describe_inputs(cfg)}: every "
+                          f"kept record was dropped ({dropped}); set allow_empty=true to write it anyway")
+
+
+def check_test_models(cfg: BuildConfig, kept: list[Kept]) -> None:
+    """A held-out model name that matches nothing (a typo, or another input's model) would leave the test
+    split silently empty: name it, and the models that are there."""
+    present = _models(kept)
+    absent = sorted(set(cfg.split.test_models) - set(present))
+    if not absent or not kept:
+        return
+    hints = {m: difflib.get_close_matches(m, present, n=1) for m in absent}
+    named = ", ".join(f"{m!r}" + (f" (did you mean {hints[m][0]!r}?)" if hints[m] else "") for m in absent)
+    shown = ", ".join(present[:40]) + (f", ... ({len(present)} in all)" if len(present) > 40 else "")
+    raise ConfigError(f"split.test_models: {named} is not a response model of the kept records from "
+                      f"{_describe_inputs(cfg)}; response models present: {shown}")
+
+
 def _build(cfg: BuildConfig, out: Path, spool: Spool) -> dict:
+    warnings = [w for src in cfg.sources for w in src.column_warnings()]
+    for w in warnings:
+        log.warning("%s", w)
     kept, rejects, counts, inputs = read_sources(cfg, spool)
+    check_not_empty(cfg, kept, rejects)
+    check_test_models(cfg, kept)
 
     policy_kept, by_policy = apply_policy([k.j for k in kept], cfg.sample_policy)
     wrap = {id(k.j): k for k in kept}
@@ -258,13 +317,15 @@ def _build(cfg: BuildConfig, out: Path, spool: Spool) -> dict:
             counts[k.j.source].buckets[bucket] += 1
     for records in buckets.values():
         records.sort(key=_order)
+    check_written(cfg, buckets)
 
-    manifest = _manifest(cfg, inputs, counts, buckets, test_models, decon_info)
+    manifest = _manifest(cfg, inputs, counts, buckets, test_models, decon_info, warnings)
     _write(cfg, out, spool, buckets, rejects, manifest)
     return manifest
 
 
-def _manifest(cfg, inputs, counts: dict[str, SourceCounts], buckets, test_models, decon_info) -> dict:
+def _manifest(cfg, inputs, counts: dict[str, SourceCounts], buckets, test_models, decon_info,
+              warnings: list[str]) -> dict:
     total = SourceCounts()
     for c in counts.values():
         total.read += c.read
@@ -302,6 +363,7 @@ def _manifest(cfg, inputs, counts: dict[str, SourceCounts], buckets, test_models
     return {
         "template_version": TEMPLATE_VERSION,
         "inputs": inputs,
+        "warnings": warnings,
         "counts": {**overall, "per_source": {name: c.to_dict() for name, c in counts.items()},
                    "identity": "read = kept + rejected; kept = " + " + ".join(BUCKETS),
                    "adds_up": all(checks.values())},

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from judgeforge.config import Config
 
 FORMATS = ("prometheus", "biggen", "fastchat", "jsonl")
+FastChatPrompt = Literal["single-v1", "single-math-v1", "single-v1-multi-turn", "single-math-v1-multi-turn"]
 
 
 class SourceConfig(Config):
@@ -39,6 +40,10 @@ class SourceConfig(Config):
     response_model, judge_model, category, item_id, sample_idx."""
     rubric_preset: str | None = None
     """jsonl only: a named rubric (data.templates.RUBRIC_PRESETS) for records without one."""
+    prompt_name: FastChatPrompt | None = None
+    """fastchat only: the FastChat judge prompt the logs were graded with (single-v1, single-math-v1 and their
+    -multi-turn variants). Default: each record's `judge[1]`, else inferred from its prompt's section markers
+    (logs derived from FastChat, e.g. arena-hard, have no `judge` field)."""
 
     @field_validator("scale")
     @classmethod
@@ -53,7 +58,20 @@ class SourceConfig(Config):
             missing = {"instruction", "response", "score", "feedback"} - set(self.columns)
             if missing:
                 raise ValueError(f"jsonl source {self.path!r} needs columns for {sorted(missing)}")
+        if self.prompt_name and self.format != "fastchat":
+            raise ValueError(f"prompt_name is a fastchat option; source {self.path!r} is {self.format}")
         return self
+
+    def column_warnings(self) -> list[str]:
+        """Suspicious `columns`: two text fields read from one column (a copy-paste slip in the mapping
+        that still validates, and would teach the judge to grade an echo of the question)."""
+        texts = ("instruction", "response", "feedback", "reference_answer")
+        by_column: dict[str, list[str]] = {}
+        for name in texts:
+            if name in self.columns:
+                by_column.setdefault(self.columns[name], []).append(name)
+        return [f"source {self.display_name()!r}: {' and '.join(names)} read the same column {col!r}"
+                for col, names in by_column.items() if len(names) > 1]
 
     def display_name(self) -> str:
         if self.name:
@@ -124,6 +142,9 @@ class BuildConfig(Config):
     """Reject exact duplicates (same content hash) after the first."""
     progress: bool = True
     """Show a progress bar on stderr while reading."""
+    allow_empty: bool = False
+    """Write a build that keeps no records (or writes none to train/test) instead of failing: an empty
+    build is almost always the wrong reader or column mapping, so it is an error unless asked for."""
     workers: int = 0
     """Processes that parse large JSONL inputs (>= 8 MiB) in parallel; 0: one per available core,
     1: in this process. Outputs are byte-identical whatever the number."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from judgeforge.data.parsers import PARSERS, Context
-from judgeforge.data.readers import Raw, line_raw
+from judgeforge.data.readers import Raw, line_raw, sniff_format
 from judgeforge.data.records import ItemCache, Parts, Ref, Spool, SpoolWriter, encode
 from judgeforge.data.schema import Judgment
 from judgeforge.data.validate import UNREADABLE_LINE, Reject
@@ -146,8 +146,7 @@ class Pool:
 
     def usable_for(self, path: Path | None) -> bool:
         return (self.workers > 1 and path is not None and path.is_file()
-                and path.suffix.lower() not in (".json", ".parquet")
-                and path.stat().st_size >= MIN_PARALLEL_BYTES)
+                and path.stat().st_size >= MIN_PARALLEL_BYTES and sniff_format(path) == "jsonl")
 
     def jsonl(self, path: Path, fmt: str, ctx: Context, spool: Spool) -> Iterator[tuple[Raw, list[Spooled]]]:
         """(raw with global line number, entries) in file order."""

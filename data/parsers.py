@@ -30,6 +30,8 @@ class Context:
     check_feedback: bool = True
     columns: dict[str, str] = field(default_factory=dict)
     rubric: Rubric | None = None
+    prompt_name: str | None = None
+    """fastchat: the configured judge prompt name (None: each record's own, else inferred)."""
 
 
 def make_judgment(ctx: Context, *, instruction: str, response: str, rubric: Rubric, feedback,
@@ -251,23 +253,43 @@ def parse_fastchat_prompt(user_prompt: str, prompt_name: str) -> tuple[str, str,
     return f"{MULTI_TURN_PREAMBLE}{dialogue}User: {turns[-1][0]}\n\nAssistant: ", turns[-1][1], ref
 
 
+_FC_MULTI_MARK = "<|The Start of Assistant A's Conversation with User|>"
+_FC_REF_MARKS = {True: "<|The Start of Reference Answer|>", False: "[The Start of Reference Answer]"}
+
+
+def infer_prompt_name(user_prompt: str) -> str:
+    """The FastChat single-answer prompt a judge prompt was rendered from, told by its section markers."""
+    multi = _FC_MULTI_MARK in user_prompt
+    math = _FC_REF_MARKS[multi] in user_prompt
+    return ("single-math-v1" if math else "single-v1") + ("-multi-turn" if multi else "")
+
+
+def _fastchat_judge(obj: dict, ctx: Context) -> tuple[str, str | None]:
+    """(judge model, prompt name; None: infer it). A configured prompt name wins over the record's."""
+    judge = obj.get("judge")
+    if judge is None:  # FastChat-derived logs (arena-hard v1 style) do not say who judged, or with what
+        return ctx.judge_model, ctx.prompt_name
+    if not (isinstance(judge, list) and len(judge) == 2):
+        raise Reject(MISSING_FIELD, "judge is not [model, prompt name]")
+    return str(judge[0]), ctx.prompt_name or str(judge[1])
+
+
 def parse_fastchat(obj: dict, ctx: Context) -> Parsed:
     try:
-        judge = obj.get("judge")
-        if not (isinstance(judge, list) and len(judge) == 2):
-            raise Reject(MISSING_FIELD, "judge [model, prompt name]")
+        judge_model, name = _fastchat_judge(obj, ctx)
         if obj.get("score") == -1:  # FastChat's marker for "could not parse GPT-4's rating"
             raise Reject(UPSTREAM_PARSE_FAILURE, "score -1")
-        criteria = FASTCHAT_CRITERIA.get(judge[1])
+        user_prompt = require_text(obj.get("user_prompt"), "user_prompt")
+        name = name or infer_prompt_name(user_prompt)
+        criteria = FASTCHAT_CRITERIA.get(name)
         if criteria is None:
-            raise Reject(UNPARSEABLE_PROMPT, f"unknown FastChat judge prompt {judge[1]!r}")
-        instruction, response, ref = parse_fastchat_prompt(require_text(obj.get("user_prompt"), "user_prompt"),
-                                                           judge[1])
+            raise Reject(UNPARSEABLE_PROMPT, f"unknown FastChat judge prompt {name!r}")
+        instruction, response, ref = parse_fastchat_prompt(user_prompt, name)
         j = make_judgment(
             ctx, instruction=instruction, response=response, rubric=Rubric(criteria), reference_answer=ref,
             feedback=obj.get("judgment"), score=obj.get("score"),
-            response_model=str(obj.get("model") or "unknown"), judge_model=str(judge[0]),
-            extra={"question_id": obj.get("question_id"), "turn": obj.get("turn"), "judge_prompt": judge[1]})
+            response_model=str(obj.get("model") or "unknown"), judge_model=judge_model,
+            extra={"question_id": obj.get("question_id"), "turn": obj.get("turn"), "judge_prompt": name})
         return [(0, j)]
     except Reject as e:
         return [(0, e)]
@@ -312,7 +334,8 @@ DEFAULT_JUDGES = {"prometheus": "gpt-4"}
 
 
 def make_context(fmt: str, source: str, scale=None, judge_model=None, check_feedback=True, columns=None,
-                 preset: str | None = None) -> Context:
+                 preset: str | None = None, prompt_name: str | None = None) -> Context:
     return Context(source=source, scale=Scale(*scale) if scale else DEFAULT_SCALES.get(fmt, Scale()),
                    judge_model=judge_model or DEFAULT_JUDGES.get(fmt, "unknown"), check_feedback=check_feedback,
-                   columns=dict(columns or {}), rubric=rubric_preset(preset) if preset else None)
+                   columns=dict(columns or {}), rubric=rubric_preset(preset) if preset else None,
+                   prompt_name=prompt_name)

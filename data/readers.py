@@ -1,9 +1,13 @@
 """Raw record readers: files (JSON list/dict, JSONL, Parquet) and Hugging Face datasets.
 
+A file's format is told by its content (`sniff_format`), never its extension,
+here and in the evaluation-set loaders (eval/sets.py uses `read_objects`).
+
 Every record comes with its original text and position, so a rejected record is
 written to rejects.jsonl exactly as it was read. A line that is not JSON is not
 an error here: it is a record with `obj=None` that the builder rejects as
-`unreadable_line`.
+`unreadable_line`. A file that is no JSON at all (neither one document nor
+lines) is an error (`UnreadableFile`) naming the line and column where it fails.
 """
 
 from __future__ import annotations
@@ -61,8 +65,9 @@ def line_raw(n: int, line: bytes) -> Raw | None:
         return None  # blank lines are not records
     try:
         obj, err = _as_record(json.loads(text))
-    except ValueError as e:
-        obj, err = None, f"bad JSON: {e}"
+    except json.JSONDecodeError as e:
+        # The line number is the caller's (a worker only knows its chunk-local one); the column is ours.
+        obj, err = None, f"bad JSON at column {e.colno}: {e.msg}"
     return Raw(n, text, obj, err)
 
 
@@ -74,25 +79,78 @@ def iter_jsonl(path: Path) -> Iterator[Raw]:
                 yield raw
 
 
-def iter_json(path: Path) -> Iterator[Raw]:
-    """A JSON list, or a dict keyed by id (BiGGen layout); falls back to JSONL if the file is not one document."""
+class UnreadableFile(ConfigError):
+    """A local input is neither Parquet, one JSON document nor JSON Lines; the message names the place."""
+
+
+SNIFF_LINES = 100
+"""Lines after a broken first one scanned for a JSON object before calling a file JSON Lines."""
+PARQUET_MAGIC = b"PAR1"
+
+
+def _loads(line: bytes):
+    """The line's JSON value, or raise JSONDecodeError."""
+    return json.loads(line.decode("utf-8", errors="replace"))
+
+
+def _parses_as_object(line: bytes) -> bool:
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        return isinstance(_loads(line), dict)
     except ValueError:
-        yield from iter_jsonl(path)
-        return
-    if isinstance(data, dict):
-        items = []
-        for key, value in data.items():
-            if isinstance(value, dict) and "id" not in value:
-                value = {"id": key, **value}
-            items.append(value)
-    elif isinstance(data, list):
-        items = data
-    else:
-        raise ConfigError(f"{path}: expected a JSON list or object, got {type(data).__name__}")
-    for n, obj in enumerate(items, 1):
+        return False
+
+
+def _is_keyed(value) -> bool:
+    """The BiGGen layout: one JSON object of records keyed by id."""
+    return isinstance(value, dict) and bool(value) and all(isinstance(v, dict) for v in value.values())
+
+
+def sniff_format(path: Path) -> str:
+    """'parquet', 'json' (one document: a list, or records keyed by id) or 'jsonl', told by the file's
+    content, never its name: users save JSONL as .json and the reverse. Cheap on large JSONL: it reads
+    the first two non-blank lines (a few more only when the first is broken)."""
+    with open(path, "rb") as f:
+        if f.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
+            return "parquet"
+        f.seek(0)
+        lines = (line for line in f if line.strip())
+        first = next(lines, None)
+        if first is None:
+            return "jsonl"  # an empty file holds no records either way
+        try:
+            value = _loads(first)
+        except ValueError:
+            # A pretty-printed document opens with a line that is not JSON on its own; so does a JSON Lines
+            # file whose first record is broken: the lines after it tell them apart.
+            if first.strip() in (b"[", b"{"):
+                return "json"
+            return "jsonl" if any(_parses_as_object(ln) for _, ln in zip(range(SNIFF_LINES), lines)) else "json"
+        if next(lines, None) is not None:
+            return "jsonl"
+        # One line: a list or records keyed by id is a document; a single record is JSON Lines of one.
+        return "json" if isinstance(value, list) or _is_keyed(value) else "jsonl"
+
+
+def _load_document(path: Path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        # Reached only when the first line is no JSON value on its own, so JSON Lines is ruled out too.
+        raise UnreadableFile(f"{path} is neither JSON Lines (its first line is not JSON) nor one JSON document: "
+                             f"it fails at line {e.lineno} column {e.colno} ({e.msg})") from None
+
+
+def iter_json(path: Path) -> Iterator[Raw]:
+    """A JSON list, or a dict keyed by id (BiGGen layout). Raises UnreadableFile when it is not one document."""
+    data = _load_document(path)
+    if _is_keyed(data):
+        data = [value if "id" in value else {"id": key, **value} for key, value in data.items()]
+    elif isinstance(data, dict):
+        data = [data]  # a single record, pretty-printed
+    elif not isinstance(data, list):
+        raise UnreadableFile(f"{path}: expected a JSON list or object, got {type(data).__name__}")
+    for n, obj in enumerate(data, 1):
         rec, err = _as_record(obj)
         yield Raw(n, _dumps(obj), rec, err)
 
@@ -122,6 +180,25 @@ def iter_hub(path: str, split: str | None, config: str | None) -> Iterator[Raw]:
             yield Raw(n, _dumps(row), row)
 
 
+def iter_file(path: Path, kind: str | None = None) -> Iterator[Raw]:
+    """The records of a local file, whatever its name says (see `sniff_format`)."""
+    kind = kind or sniff_format(path)
+    return {"parquet": iter_parquet, "json": iter_json, "jsonl": iter_jsonl}[kind](path)
+
+
+def read_objects(path: Path) -> list[tuple[str, dict]]:
+    """Every record of a local file with its place ('line 7' in JSON Lines, 'record 3' otherwise).
+    Strict, for evaluation sets: an unreadable record is an error naming the file and the place."""
+    kind = sniff_format(path)
+    unit = "line" if kind == "jsonl" else "record"
+    out = []
+    for raw in iter_file(path, kind):
+        if raw.obj is None:
+            raise UnreadableFile(f"{path} {unit} {raw.line}: {raw.error} (read as {kind.upper()})")
+        out.append((f"{unit} {raw.line}", raw.obj))
+    return out
+
+
 def open_source(path: str, hf_split: str | None = None,
                 hf_config: str | None = None) -> tuple[Iterator[Raw], Path | None]:
     """(records, resolved local path; None for a hub dataset). A directory is loaded with
@@ -133,9 +210,4 @@ def open_source(path: str, hf_split: str | None = None,
         raise ConfigError(f"input not found: {path} (tried the current directory and {REPO_ROOT})")
     if local.is_dir():  # a local copy of a hub dataset (data files or a snapshot): the same loader
         return iter_hub(str(local), hf_split, hf_config), local
-    suffix = local.suffix.lower()
-    if suffix == ".parquet":
-        return iter_parquet(local), local
-    if suffix == ".json":
-        return iter_json(local), local
-    return iter_jsonl(local), local
+    return iter_file(local), local

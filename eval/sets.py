@@ -13,6 +13,7 @@ the exact format it was trained on. Sets without a rubric get a named preset
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
@@ -20,6 +21,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from judgeforge.config import ConfigError
+from judgeforge.data.readers import read_objects
 from judgeforge.data.templates import DEFAULT_SCALE, Rubric, Scale, rubric_preset
 from judgeforge.judge.items import CompareItem, GradeItem
 
@@ -108,23 +111,63 @@ _SCALE_RE = re.compile(r"an integer between (\d+) and (\d+)")
 
 # ---------------------------------------------------------------- file access
 
-def read_records(path: str, split: str | None = None) -> list[dict]:
-    """A JSON list, JSONL or Parquet file, or a Hugging Face dataset id (all splits or `split`).
+class SetLayoutError(ConfigError):
+    """A set's file is not in the layout its loader reads (an HHH file given as autoj, records without
+    `label`): names the file, the record and the missing fields. A ConfigError, so `judgeforge eval`
+    prints it as one line instead of a KeyError traceback."""
 
-    Raises SetUnavailable when the path is neither a file nor a loadable dataset.
-    """
+
+# The fields each layout must have, so that an error can say what was expected and, when a record
+# has another layout's fields, which kind the file probably is.
+LAYOUTS = {
+    "prometheus": ("instruction", "gpt4_score"),
+    "feedback_bench": ("orig_instruction", "orig_response", "orig_criteria"),
+    "hhh": ("chosen_instruction", "rejected_instruction"),
+    "mt_bench_human": ("question_id", "model_a", "model_b", "winner", "conversation_a", "conversation_b", "turn"),
+    "autoj": ("label", "prompt", "response 1", "response 2"),
+    "heldout": ("item_id", "instruction", "response", "rubric", "scale", "score"),
+}
+
+
+def layout_error(path, place: str, layout: str, problem: str, record: dict) -> SetLayoutError:
+    others = [k for k, fields in LAYOUTS.items() if k != layout and all(f in record for f in fields)]
+    hint = f"; its fields are those of the {others[0]!r} layout" if others else ""
+    return SetLayoutError(f"{path} {place}: {problem}; expected the {layout!r} layout "
+                          f"({', '.join(LAYOUTS[layout])}){hint}")
+
+
+def require(record: dict, layout: str, path, place: str, fields: tuple[str, ...] | None = None) -> None:
+    """Raise SetLayoutError naming every field of `layout` (or `fields`) the record lacks (None counts:
+    hub datasets give absent columns as None)."""
+    missing = [f for f in (fields or LAYOUTS[layout]) if record.get(f) is None]
+    if missing:
+        raise layout_error(path, place, layout, f"missing {', '.join(map(repr, missing))}", record)
+
+
+@contextlib.contextmanager
+def reading(path, place: str, layout: str, record: dict):
+    """Turn a bad value inside one record (a label that is no number, a prompt that does not parse) into
+    one SetLayoutError naming the record, not a traceback."""
+    try:
+        yield
+    except SetLayoutError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        problem = f"missing {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+        raise layout_error(path, place, layout, problem, record) from None
+
+
+def read_numbered(path: str, split: str | None = None) -> list[tuple[str, dict]]:
+    """Records with their place ('line 7' in JSON Lines, 'record 3' in JSON/Parquet, 'row 3' on the hub).
+
+    A local file's format is told by its content (data.readers.sniff_format), so JSONL saved as .json
+    loads; an unreadable line is a ConfigError naming it. Raises SetUnavailable when the path is neither
+    a file nor a loadable dataset."""
     p = Path(path).expanduser()
     if not p.is_absolute() and not p.exists() and (PACKAGE_ROOT / p).exists():
         p = PACKAGE_ROOT / p
     if p.is_file():
-        if p.suffix == ".parquet":
-            import pyarrow.parquet as pq
-            return pq.read_table(p).to_pylist()
-        text = p.read_text(encoding="utf-8")
-        if p.suffix == ".jsonl":
-            return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
-        data = json.loads(text)
-        return list(data.values()) if isinstance(data, dict) else list(data)
+        return read_objects(p)
     if p.exists():
         raise SetUnavailable(f"{p} is a directory, not a data file")
     try:
@@ -133,9 +176,13 @@ def read_records(path: str, split: str | None = None) -> list[dict]:
     except Exception as e:  # offline, unknown id, auth: all mean "not here"
         raise SetUnavailable(f"{path!r} is not a local file and could not be loaded from the "
                              f"Hugging Face hub ({type(e).__name__}: {str(e)[:200]})") from None
-    if isinstance(ds, datasets.DatasetDict):
-        return [r for name in sorted(ds) for r in ds[name]]
-    return list(ds)
+    rows = [r for name in sorted(ds) for r in ds[name]] if isinstance(ds, datasets.DatasetDict) else list(ds)
+    return [(f"row {n}", r) for n, r in enumerate(rows, 1)]
+
+
+def read_records(path: str, split: str | None = None) -> list[dict]:
+    """A JSON list, JSONL or Parquet file, or a Hugging Face dataset id (all splits or `split`)."""
+    return [r for _, r in read_numbered(path, split)]
 
 
 def subset(items: list, n: int | None, seed: int) -> list:
@@ -162,26 +209,30 @@ def _abs_from_prompt(rec_id: str, prompt: str, scores: list[float], **kw) -> Abs
 
 # ---------------------------------------------------------------- loaders
 
+_SCORE_FIELDS = ("gpt4_score", "score", "human_score")
+
+
 def load_prometheus_absolute(path: str, name: str, *, response_models: list[str] | None = None,
                              split: str | None = None) -> tuple[list[AbsItem], int]:
     """Prometheus benchmark layout (Vicuna Bench, MT Bench, FLASK, Feedback Bench):
     `instruction` = full grading prompt, `gpt4_score` = one or several GPT-4 scores."""
-    recs = read_records(path, split)
+    recs = read_numbered(path, split)
     items = []
-    for n, r in enumerate(recs):
+    for n, (place, r) in enumerate(recs):
         if "orig_instruction" in r:  # Feedback Collection / Feedback Bench layout
-            items.append(_feedback_collection_item(r, f"{name}:{n}"))
+            require(r, "feedback_bench", path, place)
+            with reading(path, place, "feedback_bench", r):
+                items.append(_feedback_collection_item(r, f"{name}:{n}"))
             continue
         model = r.get("response_source") or r.get("model")
         if response_models and model not in response_models:
             continue
-        score_field = next((k for k in ("gpt4_score", "score", "human_score") if k in r), None)
-        if "instruction" not in r or score_field is None:
-            raise ValueError(f"{path} record {n} has neither the Prometheus layout "
-                             f"(instruction + gpt4_score) nor the Feedback Collection layout (orig_*)")
-        items.append(_abs_from_prompt(f"{name}:{r.get('idx', n)}:{model or n}", r["instruction"],
-                                      _scores(r[score_field]), category=r.get("category"),
-                                      response_model=model))
+        score_field = next((k for k in _SCORE_FIELDS if k in r), None)
+        require(r, "prometheus", path, place, ("instruction", score_field or "gpt4_score"))
+        with reading(path, place, "prometheus", r):
+            items.append(_abs_from_prompt(f"{name}:{r.get('idx', n)}:{model or n}", r["instruction"],
+                                          _scores(r[score_field]), category=r.get("category"),
+                                          response_model=model))
     return items, len(recs)
 
 
@@ -203,22 +254,22 @@ def load_heldout(build_dir: str, *, response_models: list[str] | None = None) ->
     path = Path(build_dir) / "test.jsonl"
     if not path.is_file():
         raise SetUnavailable(f"no held-out split at {path} (run `judgeforge data build` first)")
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for ln in path.read_text(encoding="utf-8").splitlines():
-        if ln.strip():
-            r = json.loads(ln)
-            if not response_models or r.get("response_model") in response_models:
-                groups[r["item_id"]].append(r)
+    groups: dict[str, list[tuple[str, dict]]] = defaultdict(list)
+    for place, r in read_objects(path):
+        require(r, "heldout", path, place)
+        if not response_models or r.get("response_model") in response_models:
+            groups[r["item_id"]].append((place, r))
     items = []
     for item_id, recs in groups.items():
-        recs.sort(key=lambda r: r.get("sample_idx", 0))
-        r = recs[0]
-        scores = [float(x["score"]) for x in recs]
-        items.append(AbsItem(id=item_id, instruction=r["instruction"], response=r["response"],
-                             rubric=Rubric.from_dict(r["rubric"]),
-                             reference_answer=r.get("reference_answer"), scale=Scale.parse(r["scale"]),
-                             category=r.get("category"), response_model=r.get("response_model"),
-                             ref_score=sum(scores) / len(scores), ref_samples=scores))
+        recs.sort(key=lambda pr: pr[1].get("sample_idx", 0))
+        place, r = recs[0]
+        with reading(path, place, "heldout", r):
+            scores = [float(x["score"]) for _, x in recs]
+            items.append(AbsItem(id=item_id, instruction=r["instruction"], response=r["response"],
+                                 rubric=Rubric.from_dict(r["rubric"]),
+                                 reference_answer=r.get("reference_answer"), scale=Scale.parse(r["scale"]),
+                                 category=r.get("category"), response_model=r.get("response_model"),
+                                 ref_score=sum(scores) / len(scores), ref_samples=scores))
     return items, len(items)
 
 
@@ -226,12 +277,14 @@ def load_hhh(path: str, *, seed: int = 0) -> tuple[list[PairItem], int]:
     """HHH Alignment (Prometheus layout): chosen_instruction / rejected_instruction are full
     grading prompts without reference. The chosen side is put at A or B by a seeded coin so
     relative grading is not rewarded for a position bias."""
-    recs = read_records(path)
+    recs = read_numbered(path)
     rng = random.Random(seed)
     items = []
-    for n, r in enumerate(recs):
-        ch, rj = parse_prometheus_prompt(r["chosen_instruction"]), parse_prometheus_prompt(
-            r["rejected_instruction"])
+    for n, (place, r) in enumerate(recs):
+        require(r, "hhh", path, place)
+        with reading(path, place, "hhh", r):
+            ch, rj = parse_prometheus_prompt(r["chosen_instruction"]), parse_prometheus_prompt(
+                r["rejected_instruction"])
         chosen_first = rng.random() < 0.5
         a, b = (ch, rj) if chosen_first else (rj, ch)
         items.append(PairItem(id=f"hhh:{n}", instruction=ch["instruction"], response_a=a["response"],
@@ -257,15 +310,17 @@ def load_mt_bench_human(path: str, *, preset: str = "helpfulness",
                         split: str | None = "human") -> tuple[list[PairItem], int]:
     """MT-Bench human judgments (`lmsys/mt_bench_human_judgments` layout): question_id,
     model_a, model_b, winner, judge, conversation_a, conversation_b, turn."""
-    recs = read_records(path, split)
+    recs = read_numbered(path, split)
     rubric = rubric_preset(preset)
     items = []
-    for n, r in enumerate(recs):
+    for n, (place, r) in enumerate(recs):
+        require(r, "mt_bench_human", path, place)
         if r["winner"] not in _MTB_WINNER:
-            raise ValueError(f"{path} record {n}: unknown winner {r['winner']!r}")
-        turn = int(r["turn"])
-        ia, ra = _dialogue(r["conversation_a"], turn)
-        ib, rb = _dialogue(r["conversation_b"], turn)
+            raise layout_error(path, place, "mt_bench_human", f"unknown winner {r['winner']!r}", r)
+        with reading(path, place, "mt_bench_human", r):
+            turn = int(r["turn"])
+            ia, ra = _dialogue(r["conversation_a"], turn)
+            ib, rb = _dialogue(r["conversation_b"], turn)
         items.append(PairItem(id=f"mtbh:{r['question_id']}:{r['model_a']}:{r['model_b']}:{turn}:{n}",
                               instruction=ia, response_a=ra, response_b=rb,
                               human=_MTB_WINNER[r["winner"]], rubric=rubric, category=f"turn{turn}",
@@ -279,13 +334,15 @@ _AUTOJ_LABEL = {0: "a", 1: "b", 2: "tie"}
 def load_autoj(path: str, *, preset: str = "helpfulness") -> tuple[list[PairItem], int]:
     """Auto-J pairwise test set (JSONL): scenario, label (0: response 1 better, 1: response 2,
     2: tie), prompt, `response 1`, `response 2`."""
-    recs = read_records(path)
+    recs = read_numbered(path)
     rubric = rubric_preset(preset)
     items = []
-    for n, r in enumerate(recs):
-        label = int(r["label"])
+    for n, (place, r) in enumerate(recs):
+        require(r, "autoj", path, place)
+        with reading(path, place, "autoj", r):
+            label = int(r["label"])
         if label not in _AUTOJ_LABEL:
-            raise ValueError(f"{path} record {n}: label must be 0, 1 or 2, got {label}")
+            raise layout_error(path, place, "autoj", f"label must be 0, 1 or 2, got {label}", r)
         items.append(PairItem(id=f"autoj:{n}", instruction=r["prompt"], response_a=r["response 1"],
                               response_b=r["response 2"], human=_AUTOJ_LABEL[label], rubric=rubric,
                               category=r.get("scenario")))

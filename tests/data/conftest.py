@@ -34,4 +34,5 @@ def default_build(tmp_path_factory) -> tuple[Path, dict]:
 def fastchat_build(tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("fastchat") / "build"
     src = [{"format": "fastchat", "path": "data/vendor/fastchat-mt-bench/gpt-4_single.jsonl"}]
-    return out, build("configs/data/default.yaml", out, sources=src)
+    # default.yaml holds out wizardlm_13b, which FastChat's log lacks (an error): keep every model in train.
+    return out, build("configs/data/default.yaml", out, "split.test_models=[]", sources=src)

@@ -94,9 +94,11 @@ def test_prometheus_samples_are_rejected_one_by_one(tmp_path, vendor):
 
 
 def test_hhh_file_is_not_a_training_source(tmp_path):
-    """HHH-Alignment holds human preferences, no judgments: every record is read and rejected, none lost."""
-    m = build(None, tmp_path / "o", sources=[{"path": "data/vendor/prometheus-eval/hhh_alignment_eval.json",
-                                              "format": "prometheus", "name": "hhh"}])
+    """HHH-Alignment holds human preferences, no judgments: every record is read and rejected, none lost
+    (written only with allow_empty: an empty build is an error otherwise, see test_hardening.py)."""
+    m = build(None, tmp_path / "o", "allow_empty=true",
+              sources=[{"path": "data/vendor/prometheus-eval/hhh_alignment_eval.json", "format": "prometheus",
+                        "name": "hhh"}])
     assert m["counts"]["read"] == 221 == m["counts"]["rejected"]
     assert m["counts"]["by_reason"] == {"missing_field": 221}
     assert len(read_lines(tmp_path / "o" / "rejects.jsonl")) == 221

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from judgeforge.config import ConfigError
 from judgeforge.data.templates import absolute_prompt, rubric_preset
 from judgeforge.eval import sets as S
 
@@ -118,3 +119,93 @@ def test_feedback_bench_layout(tmp_path):
 def test_absent_hub_set_is_unavailable():
     with pytest.raises(S.SetUnavailable, match="hub"):
         S.read_records("nobody/does-not-exist-flask")
+
+
+# --- clumsy use: files whose extension lies, files in another set's layout ----------------------
+
+AUTOJ = [{"scenario": "writing", "label": 1, "prompt": "p", "response 1": "r1", "response 2": "r2"},
+         {"scenario": "code", "label": 0, "prompt": "q", "response 1": "s1", "response 2": "s2"}]
+
+
+def test_autoj_jsonl_saved_as_json_loads(tmp_path):
+    """It crashed `judgeforge eval` with `JSONDecodeError: Extra data` (the extension chose the parser)."""
+    p = tmp_path / "autoj.json"
+    p.write_text("".join(json.dumps(r) + "\n" for r in AUTOJ))
+    items, n = S.load_autoj(str(p))
+    assert n == 2 and [i.human for i in items] == ["b", "a"]
+    q = tmp_path / "autoj_list.jsonl"  # and the reverse: a pretty JSON list named .jsonl
+    q.write_text(json.dumps(AUTOJ, indent=2))
+    assert [i.human for i in S.load_autoj(str(q))[0]] == ["b", "a"]
+
+
+def test_one_shared_sniffer():
+    from judgeforge.data import readers
+
+    assert S.read_objects is readers.read_objects
+
+
+def test_unreadable_line_names_file_line_and_column(tmp_path):
+    p = tmp_path / "autoj.jsonl"
+    p.write_text(json.dumps(AUTOJ[0]) + "\n" + '{"label": 1, "prompt" "p"}\n')
+    with pytest.raises(ConfigError, match=r"autoj.jsonl line 2: bad JSON at column 23: Expecting .:. delimiter"):
+        S.load_autoj(str(p))
+    garbage = tmp_path / "set.json"
+    garbage.write_text("label,prompt\n1,p\n")
+    with pytest.raises(ConfigError, match=r"set.json is neither JSON Lines .* line 1 column 1"):
+        S.read_records(str(garbage))
+
+
+def test_hhh_file_given_as_autoj_names_the_layouts(vendor):
+    path = str(vendor / "prometheus-eval" / "hhh_alignment_eval.json")
+    with pytest.raises(S.SetLayoutError) as e:
+        S.load_autoj(path)
+    msg = str(e.value)
+    assert path in msg and "record 1" in msg and "missing 'label', 'prompt', 'response 1', 'response 2'" in msg
+    assert "expected the 'autoj' layout" in msg and "those of the 'hhh' layout" in msg
+    assert isinstance(e.value, ValueError) and isinstance(e.value, ConfigError)
+
+
+def test_record_missing_label_names_its_line(tmp_path):
+    p = tmp_path / "autoj.jsonl"
+    p.write_text(json.dumps(AUTOJ[0]) + "\n\n" + json.dumps({k: v for k, v in AUTOJ[1].items() if k != "label"}) + "\n")
+    with pytest.raises(S.SetLayoutError, match=r"autoj.jsonl line 3: missing 'label'; expected the 'autoj'"):
+        S.load_autoj(str(p))
+    p.write_text(json.dumps(dict(AUTOJ[0], label="first")) + "\n")
+    with pytest.raises(S.SetLayoutError, match=r"line 1: ValueError: .*'first'"):
+        S.load_autoj(str(p))
+
+
+@pytest.mark.parametrize("loader,layout", [
+    (lambda p: S.load_mt_bench_human(p), "mt_bench_human"),
+    (lambda p: S.load_hhh(p), "hhh"),
+    (lambda p: S.load_prometheus_absolute(p, "x"), "prometheus"),
+])
+def test_autoj_file_given_to_other_loaders(tmp_path, loader, layout):
+    p = tmp_path / "autoj.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in AUTOJ))
+    with pytest.raises(S.SetLayoutError, match=rf"line 1: missing .*expected the '{layout}' layout.*'autoj' layout"):
+        loader(str(p))
+
+
+def test_unparseable_prompt_names_its_record(tmp_path, vendor):
+    rec = json.loads((vendor / "prometheus-eval" / "vicuna_eval.json").read_text())[0]
+    p = tmp_path / "v.json"
+    p.write_text(json.dumps([rec, dict(rec, instruction="not a grading prompt")]))
+    with pytest.raises(S.SetLayoutError, match=r"v.json record 2: ValueError: unreadable Prometheus prompt"):
+        S.load_prometheus_absolute(str(p), "v")
+
+
+def test_heldout_with_wrong_records_names_them(tmp_path):
+    (tmp_path / "test.jsonl").write_text(json.dumps(AUTOJ[0]) + "\n")
+    with pytest.raises(S.SetLayoutError, match=r"test.jsonl line 1: missing 'item_id'.*'heldout' layout"):
+        S.load_heldout(str(tmp_path))
+
+
+def test_eval_cli_prints_one_line_for_a_wrong_layout(tmp_path, vendor, capsys):
+    from judgeforge.cli import main
+
+    path = vendor / "prometheus-eval" / "hhh_alignment_eval.json"
+    rc = main(["eval", f"sets=[{{name: aj, kind: autoj, path: {path}}}]", f"out={tmp_path / 'r'}", "plots=false"])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and "Traceback" not in err and len(err.splitlines()) == 1
+    assert str(path) in err and "'label'" in err and "record 1" in err
