@@ -4,82 +4,268 @@
     judgeforge grade --input reqs.jsonl --output results.jsonl --local --config configs/serve/default.yaml
 
 Each input line is a /v1/grade body (or a /v1/compare body when it has
-`response_a`), plus an optional `id` echoed back. Each output line, in input
-order, is `{"index", "id", "result"}` or `{"index", "id", "error": {status, detail}}`:
-no line is dropped. HTTP mode sends the key from JUDGEFORGE_API_KEY and retries
-429 answers after their Retry-After (bounded). `--local` grades through an
-engine in this process (no server), with the same request validation.
+`response_a`), plus an optional `id` echoed back. HTTP mode sends the key from
+JUDGEFORGE_API_KEY and retries 429 answers after their Retry-After (bounded).
+`--local` grades through an engine in this process (no server), with the same
+request validation.
+
+Output: one line per non-blank input line, `{"line", "index", "id", "hash", "result"}`
+or `{..., "error": {"status", "detail"}}` (`line`: 1-based line number in the
+input; `index`: position among non-blank lines; `hash`: sha256 of the line's
+JSON object, keys sorted; `status` is null when no HTTP answer came). Each
+result is appended and flushed as it completes, so an interrupted run keeps
+everything finished, in completion order (sort by `line`); a run that reaches
+the end rewrites the file in input order. Rerunning with the same --output
+resumes: lines whose hash already has a result are skipped, failed lines are
+retried, a torn last line (killed mid-write) is dropped, and results for
+requests no longer in the input are dropped (with a warning).
+
+Exit codes:
+  0    every line graded
+  1    a bug (the traceback is printed)
+  2    usage or input error: bad flag, unreadable --input, --output same file as
+       --input, bad --config, API key refused (401/403)
+  3    some lines failed, the others graded: rerun to retry the failed ones
+  4    no line graded: every line failed
+  5    the server cannot be reached (or the --local engine cannot start)
+  130  interrupted (Ctrl-C): finished results are kept; rerun to resume
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from judgeforge.io import atomic_write_jsonl
+from judgeforge.io import atomic_write_jsonl, dumps_record
 
 MAX_429_RETRIES = 8
+EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_SOME_FAILED, EXIT_ALL_FAILED, EXIT_UNREACHABLE = 0, 1, 2, 3, 4, 5
+EXIT_INTERRUPTED = 130
 log = logging.getLogger(__name__)
 
 
-def read_requests(path: str) -> list[tuple[object, dict | None, str | None]]:
-    """(id, body, error) per non-blank line; unreadable lines become errors, not skips."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                body = json.loads(line)
-                if not isinstance(body, dict):
-                    raise ValueError("not a JSON object")
-            except ValueError as e:
-                out.append((None, None, f"line {lineno}: {e}"))
-                continue
-            out.append((body.pop("id", None), body, None))
-    return out
+class GradeError(Exception):
+    """An expected failure: one message (a traceback only with --debug) and its exit code."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Row:
+    """One non-blank input line: its body, or why it could not be read."""
+
+    line: int
+    index: int
+    id: object
+    body: dict | None
+    error: str | None
+    hash: str
+
+
+def _hash(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _parse(line: int, index: int, raw: bytes) -> Row:
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        why = f"line {line}: {e}"
+        return Row(line, index, None, None, why, hashlib.sha256(raw.strip()).hexdigest())
+    h = _hash(obj)
+    return Row(line, index, obj.pop("id", None), obj, None, h)
+
+
+def read_requests(path: str | Path) -> list[Row]:
+    """A Row per non-blank line; unreadable lines become error rows, not skips."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise GradeError(f"cannot read --input {path}: {e.strerror or e}", EXIT_USAGE) from e
+    lines = [(n, raw) for n, raw in enumerate(data.splitlines(), 1) if raw.strip()]
+    return [_parse(n, i, raw) for i, (n, raw) in enumerate(lines)]
+
+
+# -- the output file: resume, append, sort --------------------------------------------
+
+
+def load_output(path: Path) -> list[dict]:
+    """The records of an earlier run; a torn last line (killed mid-write) or a foreign line is dropped."""
+    if not path.exists():
+        return []
+    recs, dropped = [], 0
+    for raw in path.read_bytes().splitlines():
+        try:
+            rec = json.loads(raw)
+            ok = (isinstance(rec, dict) and isinstance(rec.get("hash"), str) and isinstance(rec.get("line"), int)
+                  and ("result" in rec or "error" in rec))
+        except ValueError:
+            ok = False
+        if ok:
+            recs.append(rec)
+        elif raw.strip():
+            dropped += 1
+    if dropped:
+        log.warning("%s: dropped %d line(s) that are no complete result (a run killed mid-write?)",
+                    path, dropped)
+    return recs
+
+
+def plan(rows: list[Row], earlier: list[dict]) -> tuple[list[Row], list[dict]]:
+    """(rows still to grade, earlier results kept): a row is skipped when a result with its hash
+    exists (the one on its own line first); failed results are dropped, so they are retried."""
+    by_hash: dict[str, list[dict]] = {}
+    for rec in earlier:
+        if "result" in rec:
+            by_hash.setdefault(rec["hash"], []).append(rec)
+    kept: dict[int, dict] = {}
+    for exact in (True, False):
+        for row in rows:
+            recs = by_hash.get(row.hash) or []
+            match = next((r for r in recs if r.get("line") == row.line or not exact), None)
+            if row.line not in kept and match is not None:
+                recs.remove(match)
+                kept[row.line] = {**match, "line": row.line, "index": row.index}
+    todo = [row for row in rows if row.line not in kept]
+    stale = sum(len(v) for v in by_hash.values())
+    if stale:
+        log.warning("dropping %d earlier result(s) whose request is no longer in the input", stale)
+    return todo, list(kept.values())
+
+
+class Sink:
+    """The output file: one whole line appended and flushed per result; the summary's counts."""
+
+    def __init__(self, path: Path, progress, skipped: int):
+        self.path, self.progress = path, progress
+        self.graded = self.failed = 0
+        self.skipped = skipped
+        self.f = None  # opened on the first result: a run that sends nothing leaves no file
+
+    def write(self, row: Row, res: dict) -> None:
+        rec = {"line": row.line, "index": row.index, "id": row.id, "hash": row.hash, **res}
+        if self.f is None:
+            self.f = open(self.path, "a", encoding="utf-8")
+        self.f.write(dumps_record(rec) + "\n")
+        self.f.flush()
+        if "error" in res:
+            self.failed += 1
+        else:
+            self.graded += 1
+        self.progress.update(1)
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
+
+    def exit_code(self) -> int:
+        if not self.failed:
+            return EXIT_OK
+        return EXIT_ALL_FAILED if self.graded + self.skipped == 0 else EXIT_SOME_FAILED
+
+    def summary(self) -> str:
+        return f"graded={self.graded} failed={self.failed} skipped={self.skipped} -> {self.path}"
+
+
+def _bad_line(row: Row) -> dict:
+    return {"error": {"status": 400, "detail": row.error}}
+
+
+# -- HTTP mode ------------------------------------------------------------------------
 
 
 def _route(body: dict) -> str:
     return "/v1/compare" if "response_a" in body else "/v1/grade"
 
 
-async def _grade_http(rows, url: str, concurrency: int, progress) -> list[dict]:
+def _retry_after(r) -> float:
+    try:
+        return max(0.0, float(r.headers.get("retry-after", "1")))
+    except ValueError:
+        return 1.0
+
+
+def _unreachable(url: str, e: Exception) -> GradeError:
+    return GradeError(f"cannot reach the server at {url} ({type(e).__name__}: {e}): start it with "
+                      f"`judgeforge serve`, or pass --url (or --local to grade without a server)",
+                      EXIT_UNREACHABLE)
+
+
+async def _check_server(client, url: str) -> None:
+    import httpx
+
+    try:
+        r = await client.get("/health")
+    except httpx.TransportError as e:
+        raise _unreachable(url, e) from e
+    if r.status_code == 503:
+        raise GradeError(f"the server at {url} is up but its engine is not (/health: 503 {r.text[:200]})",
+                         EXIT_UNREACHABLE)
+
+
+async def _send(client, url: str, body: dict) -> dict:
+    """One request, 429s retried: {"result"} or {"error"}; GradeError when no line can succeed."""
+    import httpx
+
+    for _ in range(MAX_429_RETRIES):
+        try:
+            r = await client.post(_route(body), json=body)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+            raise _unreachable(url, e) from e
+        except httpx.TransportError as e:  # answer lost (server died mid-request?): this line fails
+            return {"error": {"status": None, "detail": f"no answer: {type(e).__name__}: {e}"}}
+        if r.status_code in (401, 403):
+            raise GradeError(f"the server at {url} refused the API key ({r.status_code}): set "
+                             f"JUDGEFORGE_API_KEY to the server's key", EXIT_USAGE)
+        if r.status_code != 429:
+            break
+        await asyncio.sleep(_retry_after(r))
+    try:
+        payload = r.json()
+    except ValueError:
+        payload = {"detail": r.text}
+    if r.status_code == 200:
+        return {"result": payload}
+    detail = payload.get("detail", payload) if isinstance(payload, dict) else payload
+    return {"error": {"status": r.status_code, "detail": detail}}
+
+
+async def _grade_http(todo: list[Row], url: str, concurrency: int, sink: Sink) -> None:
     import httpx
 
     key = os.environ.get("JUDGEFORGE_API_KEY")
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    sem = asyncio.Semaphore(concurrency)
+    rows = iter(todo)
 
-    async def one(client, body):
-        async with sem:
-            for _ in range(MAX_429_RETRIES):
-                r = await client.post(_route(body), json=body)
-                if r.status_code != 429:
-                    break
-                await asyncio.sleep(float(r.headers.get("retry-after", "1")))
-        progress.update(1)
-        try:
-            payload = r.json()
-        except ValueError:
-            payload = {"detail": r.text}
-        return {"result": payload} if r.status_code == 200 else {
-            "error": {"status": r.status_code, "detail": payload.get("detail", payload)}}
+    async def worker(client):
+        for row in rows:  # one shared iterator: requests go out in input order
+            sink.write(row, _bad_line(row) if row.body is None else await _send(client, url, row.body))
 
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=None) as client:
-        tasks = [one(client, body) if body is not None else _err(err, progress)
-                 for _, body, err in rows]
-        return list(await asyncio.gather(*tasks))
+        await _check_server(client, url)
+        try:
+            async with asyncio.TaskGroup() as tg:  # the first fatal error cancels the other workers
+                for _ in range(min(concurrency, len(todo))):
+                    tg.create_task(worker(client))
+        except ExceptionGroup as eg:
+            fatal = [e for e in eg.exceptions if isinstance(e, GradeError)]
+            if not fatal:
+                raise
+            raise fatal[0] from None
 
 
-async def _err(err, progress):
-    progress.update(1)
-    return {"error": {"status": 400, "detail": err}}
+# -- local mode -----------------------------------------------------------------------
 
 
 def _grade_chunk(judge, items, prepared):
@@ -112,62 +298,165 @@ def _run_chunk(judge, fn, items) -> list[dict]:
     return out  # type: ignore[return-value]
 
 
-def _grade_local(rows, config: str | None, overrides: list[str], progress) -> list[dict]:
-    from judgeforge.config import load_config
-    from judgeforge.serve.config import ServeConfig
-    from judgeforge.judge.engines import build_engine
-    from judgeforge.judge.judge import Judge
+def _validate_local(todo: list[Row], cfg, sink: Sink) -> list[tuple[Row, object]]:
+    """(row, item) per valid request; invalid ones are written as failures at once."""
     from judgeforge.serve.schemas import CompareRequest, GradeRequest, validate_limits
 
-    cfg = load_config(ServeConfig, config, overrides)
-    results: list[dict | None] = [None] * len(rows)
-    grade_ix, compare_ix, reqs = [], [], {}
-    for i, (_, body, err) in enumerate(rows):
-        if err is not None:
-            results[i] = {"error": {"status": 400, "detail": err}}
+    valid = []
+    for row in todo:
+        if row.body is None:
+            sink.write(row, _bad_line(row))
             continue
         try:
-            req = (CompareRequest if "response_a" in body else GradeRequest).model_validate(body)
+            req = (CompareRequest if "response_a" in row.body else GradeRequest).model_validate(row.body)
             validate_limits(req, cfg)
-            reqs[i] = (req, req.item())
+            valid.append((row, req.item()))
         except ValueError as e:  # pydantic ValidationError and FieldError are ValueErrors
-            results[i] = {"error": {"status": 422, "detail": str(e)}}
-            continue
-        (compare_ix if "response_a" in body else grade_ix).append(i)
-    with build_engine(cfg) as engine:
+            sink.write(row, {"error": {"status": 422, "detail": str(e)}})
+    return valid
+
+
+def _build_engine(cfg):
+    from judgeforge.judge import engines
+
+    try:
+        return engines.build_engine(cfg)
+    except (engines.EngineError, ImportError, OSError, ValueError) as e:
+        raise GradeError(f"cannot start the --local engine ({cfg.engine.kind}): {e}", EXIT_UNREACHABLE) from e
+
+
+def _grade_local(todo: list[Row], config: str | None, overrides: list[str], sink: Sink) -> None:
+    from judgeforge.config import load_config
+    from judgeforge.judge.judge import Judge
+    from judgeforge.serve.config import ServeConfig
+
+    cfg = load_config(ServeConfig, config, overrides)
+    valid = _validate_local(todo, cfg, sink)
+    if not valid:
+        return
+    with _build_engine(cfg) as engine:
         judge = Judge(engine, cfg.sampling)
-        for ix, fn in ((grade_ix, _grade_chunk), (compare_ix, _compare_chunk)):
-            for k in range(0, len(ix), 16):  # chunks: progress moves, engine still batches
-                chunk = ix[k:k + 16]
-                for i, out in zip(chunk, _run_chunk(judge, fn, [reqs[i][1] for i in chunk])):
-                    results[i] = out
-                progress.update(len(chunk))
-    progress.update(sum(1 for _, _, e in rows if e is not None))
-    return results  # type: ignore[return-value]
+        for fn, is_cmp in ((_grade_chunk, False), (_compare_chunk, True)):
+            part = [(row, item) for row, item in valid if ("response_a" in row.body) == is_cmp]
+            for k in range(0, len(part), 16):  # chunks: results land as they go, engine still batches
+                chunk = part[k:k + 16]
+                for (row, _), res in zip(chunk, _run_chunk(judge, fn, [item for _, item in chunk])):
+                    sink.write(row, res)
 
 
-def main(argv: list[str] | None = None) -> int:
+# -- the command ----------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return n
+
+
+def _http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"must start with http:// or https://, got {text!r}")
+    return text.rstrip("/")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="judgeforge grade", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__[__doc__.index("Exit codes:"):],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", "-i", required=True, help="JSONL of grading requests")
+    p.add_argument("--output", "-o", required=True,
+                   help="JSONL of results, appended as they finish; an existing one is resumed")
+    p.add_argument("--url", type=_http_url, default="http://127.0.0.1:8000", help="server base URL")
+    p.add_argument("--concurrency", "-j", type=_positive_int, default=8, help="requests in flight (>= 1)")
+    p.add_argument("--local", action="store_true", help="grade in-process through an engine, no server")
+    p.add_argument("--config", "-c", help="serve config for --local")
+    p.add_argument("--debug", action="store_true", help="show tracebacks for expected errors too")
+    p.add_argument("overrides", nargs="*", help="key=value config overrides for --local")
+    return p.parse_args(argv)
+
+
+def check_paths(inp: Path, out: Path) -> None:
+    """Refuse an --output that is the --input (same path or same file) or cannot be written."""
+    if not inp.is_file():
+        what = "is a directory" if inp.is_dir() else "does not exist"
+        raise GradeError(f"--input {inp} {what}: pass a JSONL file of grading requests", EXIT_USAGE)
+    if out.resolve() == inp.resolve() or (out.exists() and os.path.samefile(inp, out)):
+        raise GradeError(f"--output {out} is the same file as --input {inp}: the results would replace "
+                         f"the requests; choose another --output path", EXIT_USAGE)
+    if out.is_dir():
+        raise GradeError(f"--output {out} is a directory: pass a file path", EXIT_USAGE)
+
+
+def prepare_output(rows: list[Row], out: Path) -> tuple[list[Row], list[dict]]:
+    """Resume from an existing --output: compacted (atomically) to the results kept."""
+    todo, kept = plan(rows, load_output(out))
+    try:
+        if out.exists():
+            atomic_write_jsonl(out, kept)
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise GradeError(f"cannot write --output {out}: {e.strerror or e}", EXIT_USAGE) from e
+    if kept:
+        log.info("resuming %s: %d line(s) already graded, %d to go", out, len(kept), len(todo))
+    return todo, kept
+
+
+def sort_output(out: Path) -> None:
+    """Every line done: the file rewritten in input order."""
+    atomic_write_jsonl(out, sorted(load_output(out), key=lambda r: r["line"]))
+
+
+def grade_rows(args: argparse.Namespace, todo: list[Row], sink: Sink) -> None:
+    from judgeforge.config import ConfigError
+
+    try:
+        if args.local:
+            _grade_local(todo, args.config, args.overrides, sink)
+        elif todo:
+            asyncio.run(_grade_http(todo, args.url, args.concurrency, sink))
+    except ConfigError as e:
+        raise GradeError(f"config error: {e}", EXIT_USAGE) from e
+
+
+def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    p = argparse.ArgumentParser(prog="judgeforge grade", description=__doc__.split("\n\n")[0])
-    p.add_argument("--input", "-i", required=True, help="JSONL of grading requests")
-    p.add_argument("--output", "-o", required=True, help="JSONL of results (written atomically)")
-    p.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL")
-    p.add_argument("--concurrency", "-j", type=int, default=8, help="requests in flight")
-    p.add_argument("--local", action="store_true", help="grade in-process through an engine, no server")
-    p.add_argument("--config", "-c", help="serve config for --local")
-    p.add_argument("overrides", nargs="*", help="key=value config overrides for --local")
-    args = p.parse_args(argv)
-    rows = read_requests(args.input)
-    with logging_redirect_tqdm(), tqdm(total=len(rows), desc="grading", unit="req", file=sys.stderr,
-                                       disable=None) as progress:  # disable=None: off when not a TTY
-        if args.local:
-            results = _grade_local(rows, args.config, args.overrides, progress)
-        else:
-            results = asyncio.run(_grade_http(rows, args.url, args.concurrency, progress))
-    out = [{"index": i, "id": rid, **res} for i, ((rid, _, _), res) in enumerate(zip(rows, results))]
-    atomic_write_jsonl(Path(args.output), out)
-    n_err = sum("error" in r for r in out)
-    log.info("%d results -> %s (%d errors)", len(out), args.output, n_err)
-    return 1 if n_err == len(out) and out else 0
+    inp, out = Path(args.input), Path(args.output)
+    check_paths(inp, out)
+    rows = read_requests(inp)
+    todo, kept = prepare_output(rows, out)
+    with logging_redirect_tqdm(), tqdm(total=len(rows), initial=len(kept), desc="grading", unit="req",
+                                       file=sys.stderr, disable=None) as progress:  # off when not a TTY
+        sink = Sink(out, progress, skipped=len(kept))
+        try:
+            grade_rows(args, todo, sink)
+        except KeyboardInterrupt:
+            log.warning("interrupted: %s (finished results kept; rerun to resume)", sink.summary())
+            return EXIT_INTERRUPTED
+        except GradeError:
+            if sink.graded or sink.failed:
+                log.warning("stopped: %s (finished results kept; rerun to resume)", sink.summary())
+            raise
+        finally:
+            sink.close()
+    sort_output(out)
+    log.info("done: %s", sink.summary())
+    return sink.exit_code()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except GradeError as e:
+        log.error("%s", e, exc_info=args.debug)
+        return e.code
+    except KeyboardInterrupt:  # before or after grading (while grading, run() reports the counts)
+        log.warning("interrupted")
+        return EXIT_INTERRUPTED
