@@ -1,0 +1,97 @@
+"""The default evaluation, this checkout against an earlier commit, in one invocation.
+
+    python bench/eval_vs_previous.py --previous 2010ce7 [--repeats 1] [--write-results]
+
+The earlier commit is checked out in a git worktree and imported through a PYTHONPATH shim (its
+`judgeforge` package with the stage folders linked in), so both run in this venv with the same
+libraries. Each run is `judgeforge eval --config configs/eval/default.yaml` in its own checkout
+(same data build, built once beforehand and not timed); runs alternate previous/current and report
+wall time, CPU time of the child processes and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STAGES = ("data", "train", "eval", "serve", "judge")
+
+
+def shim(previous: str, root: Path) -> tuple[Path, Path]:
+    """(checkout, PYTHONPATH dir) of an earlier commit."""
+    tree = root / "tree"
+    if not tree.exists():
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "-f", str(tree), previous], check=True)
+    pkg = root / "pkg" / "judgeforge"
+    pkg.mkdir(parents=True, exist_ok=True)
+    for f in (tree / "judgeforge").iterdir():
+        if not (pkg / f.name).exists():
+            (pkg / f.name).symlink_to(f)
+    for stage in STAGES:
+        if (tree / stage).is_dir() and not (pkg / stage).exists():
+            (pkg / stage).symlink_to(tree / stage, target_is_directory=True)
+    return tree, root / "pkg"
+
+
+def run(cwd: Path, pythonpath: str | None, out: str) -> dict:
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "judgeforge.cli", "eval", "--config", "configs/eval/default.yaml",
+                        f"out={out}"], cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode != 0:
+        raise SystemExit(f"eval failed in {cwd}:\n{p.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu, "load": os.getloadavg()[0]}
+
+
+def prebuild(cwd: Path, pythonpath: str | None) -> None:
+    env = {**os.environ, **({"PYTHONPATH": pythonpath} if pythonpath else {})}
+    subprocess.run([sys.executable, "-m", "judgeforge.cli", "data", "build", "--config", "configs/data/default.yaml",
+                    "--out", "runs/demo/data"], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--previous", default="2010ce7")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--work", default="/tmp/judgeforge-eval-vs-previous")
+    ap.add_argument("--write-results", action="store_true")
+    args = ap.parse_args()
+    tree, pkg = shim(args.previous, Path(args.work))
+    sides = {"previous": (tree, str(pkg)), "current": (REPO, None)}
+    for cwd, pp in sides.values():
+        prebuild(cwd, pp)
+    res: dict[str, list] = {k: [] for k in sides}
+    for i in range(args.repeats):
+        for name, (cwd, pp) in sides.items():
+            r = run(cwd, pp, f"runs/bench/eval-vs-previous-{name}-{i}")
+            res[name].append(r)
+            print(name, json.dumps(r), flush=True)
+    summary = {k: {m: sorted(r[m] for r in v)[len(v) // 2] for m in ("wall_s", "cpu_s", "load")}
+               for k, v in res.items()}
+    summary["ratio_wall"] = summary["current"]["wall_s"] / summary["previous"]["wall_s"]
+    summary["ratio_cpu"] = summary["current"]["cpu_s"] / summary["previous"]["cpu_s"]
+    print(json.dumps(summary, indent=1))
+    if args.write_results:
+        out = REPO / "bench" / "results" / "eval_vs_previous.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps({"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="minutes"),
+                                   "previous": args.previous, "runs": res, "summary": summary}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
