@@ -77,6 +77,13 @@ class EngineConfig(Config):
     """openai: per-call HTTP timeout."""
     max_concurrency: int = 16
     """openai: concurrent calls to the endpoint."""
+    completion: Literal["auto", "on", "off"] = "auto"
+    """openai: score completion by prompt continuation (`api: completions` on a `vllm serve`: the
+    sample's own token ids + `[RESULT] `, read with `logprob_token_ids`). `auto`: use it where the
+    endpoint offers it; the first 400 naming one of those parameters, or an answer without the
+    requested ids, switches this engine to the fallback and logs it once. `on`: require it (such an
+    endpoint is an error). `off`: never. The fallback (always for `api: chat`) reads no distribution:
+    each sample's score is parsed from its text, and says so (`completion` of every answer)."""
 
 
 class SamplingConfig(Config):

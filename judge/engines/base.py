@@ -67,6 +67,10 @@ class EngineDead(EngineError):
     """The engine can no longer serve (its process died or it failed)."""
 
 
+class EngineTimeout(EngineError):
+    """The engine (a remote endpoint) did not answer in time."""
+
+
 COMPLETION_TOKENS = 8
 """Context reserved for the score completion (marker + a multi-token value) beyond max_tokens."""
 
@@ -250,7 +254,7 @@ class LoopThreadEngine(JudgeEngine):
             self._thread.join(timeout=5)
 
 
-__all__ = ["COMPLETION_TOKENS", "EngineDead", "EngineError", "InvalidRequest", "JudgeEngine",
-           "LoopThreadEngine", "PromptTooLong", "Sample", "SampleRequest", "TemplateVersionMismatch",
+__all__ = ["COMPLETION_TOKENS", "EngineDead", "EngineError", "EngineTimeout", "InvalidRequest",
+           "JudgeEngine", "LoopThreadEngine", "PromptTooLong", "Sample", "SampleRequest", "TemplateVersionMismatch",
            "TokenizerView", "UnknownAdapter", "check_adapters", "check_template_version",
            "load_tokenizer", "prompt_token_ids", "render_prompt"]

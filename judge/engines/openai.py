@@ -1,113 +1,282 @@
-"""The OpenAI-compatible engine: `vllm serve` replicas behind a balancer, or a hosted judge.
+"""The OpenAI-compatible engine, on the official `openai` SDK: `vllm serve` replicas behind a
+balancer, or a hosted judge.
 
-`n` and log-probabilities are passed through: one HTTP call asks for the N
-samples (`n=N`), so a vLLM replica prefills the prompt once. `api: chat` sends
-the template's messages (the endpoint applies its chat template: the same one
-for a `vllm serve` of the trained model); `api: completions` sends the prompt
-rendered here, byte-identical to training. A LoRA adapter served by the
-replica (`vllm serve --lora-modules name=path`) is selected as the `model`.
+`api: completions` (a `vllm serve` of the judge): the prompt is rendered and tokenized HERE once
+(`prepare`, the local tokenizer = `tokenizer` or `model`: byte-identical to training) and sent as
+token ids; the N samples are one call (`n=N`, the replica prefills once), answered with their
+generated token ids (vLLM: `logprobs: 0` + `return_tokens_as_token_ids`, tokens come back as
+"token_id:123"). Each sample's score is then completed as in the in-process vLLM engine
+(judge.completion): one 1-token call per read, prompt = the sample's own ids + `[RESULT] `,
+`logprob_token_ids` = the choice tokens, whose raw log-probabilities come back in
+`logprobs.top_logprobs[0]` under "token_id:N" (the replica's prefix cache covers the sample).
+
+Where the endpoint offers no prompt continuation (`api: chat`, e.g. a hosted GPT; `completion: off`;
+or, with `completion: auto`, an endpoint that rejects or ignores those parameters) samples carry no
+distribution and say why in `Sample.completion`: the Judge parses the written score and re-samples
+unparseable texts in bounded rounds. A score-only request (`feedback=False`) then writes feedback.
+
+Greedy requests decode once and copy (vLLM refuses n > 1 at temperature 0). A LoRA adapter served by
+the endpoint (`vllm serve --lora-modules name=path`) is chosen by the `model` field. Calls are
+limited to `max_concurrency` at once.
+
+Errors: context overflow (a 400 whose code is `context_length_exceeded` (OpenAI), whose param is
+vLLM's `input_tokens`/`input_text`, or, as a fallback, whose message speaks of the maximum context
+length, as both do) -> `PromptTooLong`; another 400/422 -> `InvalidRequest`; unreachable endpoint ->
+`EngineDead` (503; `alive` stays True: the endpoint may come back); timeout (`timeout_s`, after the
+SDK's retries) -> `EngineTimeout`; any other status -> `EngineError` naming it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import re
 
-from judgeforge.judge.engines import (EngineDead, EngineError, LoopThreadEngine, PromptTooLong, Sample,
-                                      SampleRequest, render_prompt)
-from judgeforge.judge.parsing import score_logprobs_at, score_position
+from judgeforge.judge.engines.base import (EngineDead, EngineError, EngineTimeout, InvalidRequest,
+                                           LoopThreadEngine, PromptTooLong, Sample, SampleRequest,
+                                           load_tokenizer)
+
+log = logging.getLogger(__name__)
+
+MAX_RETRIES = 2
+"""SDK retries (connection errors, 408/409/429/5xx, with backoff) before an error is raised."""
+CONTINUATION_PARAMS = ("logprob_token_ids", "return_tokens_as_token_ids", "logprobs")
+"""Request fields prompt continuation relies on: a 400 naming one means the endpoint lacks it."""
+TEXT_ONLY = "score parsed from the text"
+_TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
+_CONTEXT_MSG = re.compile(r"maximum context length|context length|context window", re.IGNORECASE)
+_LIMIT = re.compile(r"maximum context length (?:is )?\(?(\d+)", re.IGNORECASE)
+
+
+class NoContinuation(Exception):
+    """The endpoint cannot continue a prompt for the completion (reason in args[0])."""
+
+
+def is_context_overflow(e) -> bool:
+    """Whether an `openai.BadRequestError` says the prompt does not fit the model's context.
+
+    OpenAI sets `code="context_length_exceeded"`; vLLM answers 400 with `param` `input_tokens` or
+    `input_text` and "This model's maximum context length is N tokens..." (older vLLM: "Input
+    length (X) exceeds model's maximum context length (Y)", no param): the message is the fallback.
+    """
+    if getattr(e, "code", None) == "context_length_exceeded":
+        return True
+    if getattr(e, "param", None) in ("input_tokens", "input_text"):
+        return True
+    return bool(_CONTEXT_MSG.search(_message(e)))
+
+
+def _message(e) -> str:
+    body = getattr(e, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return body["message"]
+    return str(getattr(e, "message", "") or e)
+
+
+def _token_id(key: str) -> int | None:
+    m = _TOKEN_ID.match(key)
+    return int(m.group(1)) if m else None
 
 
 class OpenAIEngine(LoopThreadEngine):
     kind = "openai"
 
-    def __init__(self, cfg, transport=None):
+    def __init__(self, cfg, http_client=None, max_retries: int = MAX_RETRIES):
+        """`http_client`: an `httpx.AsyncClient` handed to the SDK (tests inject a MockTransport)."""
         self.cfg = cfg
         self.model_name = cfg.model
         self.max_model_len = cfg.max_model_len
-        self._transport = transport  # tests inject an httpx.MockTransport
-        self._client = None
         self.tokenizer = None
         tok = cfg.tokenizer or (cfg.model if cfg.api == "completions" else None)
         if tok:
-            from judgeforge.judge.engines import load_tokenizer
-
             self.tokenizer = load_tokenizer(tok)
         self._adapter_names = sorted(cfg.adapters)  # served by the endpoint under these model names
+        self._why: str | None = None
+        """Why prompt continuation is off (None: on)."""
+        if cfg.api == "chat":
+            if cfg.completion == "on":
+                raise EngineError("completion: on needs api: completions (a chat endpoint cannot "
+                                  "continue a prompt)")
+            self._why = "chat endpoint offers no prompt continuation"
+        elif cfg.completion == "off":
+            self._why = "prompt continuation off (completion: off)"
+        self._stop: set[int] = set()
+        """Special tokens (end of turn) a `stop` sample's ids may end with."""
+        if self.tokenizer is not None:
+            self._stop = {*self.tokenizer.all_special_ids, self.tokenizer.eos_token_id} - {None}
+        self._http_client, self._max_retries = http_client, max_retries
+        self._client = None
         self._start_loop()
-        self._sem = None
+        self._submit(self._open()).result(timeout=60)
+
+    async def _open(self) -> None:
+        """The SDK client and the concurrency limit, made on the engine loop that uses them."""
+        from openai import AsyncOpenAI
+
+        self._sem = asyncio.Semaphore(self.cfg.max_concurrency)
+        self._client = AsyncOpenAI(base_url=self.cfg.base_url,
+                                   api_key=os.environ.get(self.cfg.api_key_env) or "EMPTY",
+                                   timeout=self.cfg.timeout_s, max_retries=self._max_retries,
+                                   http_client=self._http_client)
+
+    @property
+    def can_complete(self) -> bool:  # type: ignore[override]
+        return self._why is None
 
     def adapters(self) -> list[str]:
         return self._adapter_names
 
-    def _http(self):
-        import httpx
+    def _fall_back(self, why: str) -> None:
+        """`completion: auto` meets an endpoint without continuation: text-only from now on."""
+        if self.cfg.completion == "on":
+            raise EngineError(f"completion: on, but the endpoint {self.cfg.base_url} offers no prompt "
+                              f"continuation: {why}")
+        if self._why is None:
+            self._why = "endpoint offers no prompt continuation"
+            log.warning("%s (%s): scores are parsed from the samples' text from now on "
+                        "(set completion: off to skip the attempt)", self._why, why)
 
-        if self._client is None:
-            key = os.environ.get(self.cfg.api_key_env, "")
-            self._client = httpx.AsyncClient(
-                base_url=self.cfg.base_url.rstrip("/") + "/", timeout=self.cfg.timeout_s,
-                headers={"Authorization": f"Bearer {key}"} if key else {}, transport=self._transport)
-            self._sem = asyncio.Semaphore(self.cfg.max_concurrency)
-        return self._client
+    # --- calls --------------------------------------------------------------------------
+    async def _call(self, create, req: SampleRequest, n_prompt: int | None, continuation: bool, **kw):
+        """One SDK call under the concurrency limit, its errors as engine errors."""
+        import openai
 
-    @staticmethod
-    def _n(req: SampleRequest) -> int:
-        return 1 if req.temperature == 0 else req.n  # greedy: one decode, copied (vLLM refuses n>1)
-
-    def _payload(self, req: SampleRequest) -> tuple[str, dict]:
-        body = {"model": req.adapter or self.cfg.model, "n": self._n(req), "temperature": req.temperature,
-                "top_p": req.top_p, "max_tokens": req.max_tokens}
-        if req.seed is not None:
-            body["seed"] = req.seed
-        k = self.cfg.top_logprobs if req.want_logprobs else 0
-        if self.cfg.api == "chat":
-            body["messages"] = req.messages
-            if k:
-                body.update(logprobs=True, top_logprobs=k)
-            return "chat/completions", body
-        body["prompt"] = render_prompt(self.tokenizer, req.messages)
-        if k:
-            body["logprobs"] = k
-        return "completions", body
-
-    async def _agen(self, req: SampleRequest) -> list[Sample]:
-        import httpx
-
-        path, body = self._payload(req)
-        client = self._http()
         async with self._sem:
             try:
-                r = await client.post(path, json=body)
-            except httpx.TransportError as e:
-                raise EngineDead(f"endpoint {self.cfg.base_url} unreachable: {e!r}") from e
-        if r.status_code == 400 and "context" in r.text.lower():
-            raise PromptTooLong(-1, req.max_tokens, self.max_model_len)
-        if r.status_code >= 400:
-            raise EngineError(f"endpoint answered {r.status_code}: {r.text[:300]}")
-        samples = [self._sample(c, req) for c in r.json()["choices"]]
-        return samples * (req.n // self._n(req))
+                return await create(**kw)
+            except openai.APITimeoutError as e:
+                raise EngineTimeout(f"endpoint {self.cfg.base_url} did not answer within "
+                                    f"{self.cfg.timeout_s}s") from e
+            except openai.APIConnectionError as e:
+                raise EngineDead(f"endpoint {self.cfg.base_url} unreachable: {e.__cause__ or e!r}") from e
+            except openai.BadRequestError as e:
+                msg = _message(e)
+                if is_context_overflow(e):
+                    m = _LIMIT.search(msg)
+                    raise PromptTooLong(n_prompt if n_prompt is not None else -1, req.max_tokens,
+                                        int(m.group(1)) if m else self.max_model_len) from e
+                named = [p for p in CONTINUATION_PARAMS if p == e.param or p in msg]
+                if continuation and named:
+                    raise NoContinuation(f"400 on {named[0]}: {msg[:200]}") from e
+                raise InvalidRequest(f"endpoint answered 400: {msg[:300]}") from e
+            except openai.UnprocessableEntityError as e:
+                raise InvalidRequest(f"endpoint answered 422: {_message(e)[:300]}") from e
+            except openai.APIStatusError as e:
+                raise EngineError(f"endpoint {self.cfg.base_url} answered {e.status_code}: "
+                                  f"{_message(e)[:300]}") from e
 
-    def _sample(self, choice: dict, req: SampleRequest) -> Sample:
-        lp = choice.get("logprobs") or {}
+    def _common(self, req: SampleRequest, n: int) -> dict:
+        kw = dict(model=req.adapter or self.cfg.model, n=n, temperature=req.temperature,
+                  top_p=req.top_p, max_tokens=req.max_tokens)
+        if req.seed is not None:
+            kw["seed"] = req.seed
+        return kw
+
+    async def _write(self, req: SampleRequest, with_ids: bool) -> list[Sample]:
+        """The request's N samples (one call; greedy: one decode, copied); `with_ids`: each with
+        its generated token ids in `extra["ids"]` (raises NoContinuation when they do not come)."""
+        copies = req.n if req.temperature == 0 else 1
+        kw = self._common(req, req.n // copies)
+        n_prompt = len(req.prompt_ids) if req.prompt_ids is not None else None
         if self.cfg.api == "chat":
-            text = (choice.get("message") or {}).get("content") or ""
-            content = lp.get("content") or []
-            tokens = [c["token"] for c in content]
-            tops = [{t["token"]: t["logprob"] for t in c.get("top_logprobs") or []} for c in content]
+            out = await self._call(self._client.chat.completions.create, req, n_prompt, False,
+                                   messages=req.messages, **kw)
+            samples = [Sample(text=c.message.content or "", finish_reason=c.finish_reason,
+                              n_tokens=self._count(c.message.content or ""))
+                       for c in sorted(out.choices, key=lambda c: c.index)]
         else:
-            text = choice.get("text") or ""
-            tokens = lp.get("tokens") or []
-            tops = lp.get("top_logprobs") or []
-        lps = None
-        i = score_position(tokens) if tokens else None
-        if i is not None and i < len(tops) and tops[i]:
-            lps = score_logprobs_at(tops[i], req.scale)
-        return Sample(text=text, finish_reason=choice.get("finish_reason"), n_tokens=len(tokens),
-                      score_logprobs=lps)
+            if with_ids:
+                kw.update(logprobs=0, extra_body={"return_tokens_as_token_ids": True})
+            out = await self._call(self._client.completions.create, req, n_prompt, with_ids,
+                                   prompt=req.prompt_ids, **kw)
+            samples = []
+            for c in sorted(out.choices, key=lambda c: c.index):
+                s = Sample(text=c.text or "", finish_reason=c.finish_reason)
+                if with_ids:
+                    s.extra["ids"], s.n_tokens = self._generated_ids(c)
+                else:
+                    s.n_tokens = self._count(s.text)
+                samples.append(s)
+        return [s for s in samples for _ in range(copies)] if copies > 1 else samples
+
+    def _generated_ids(self, c) -> tuple[list[int], int]:
+        """The generated ids from "token_id:N" tokens, without the end-of-turn token (the
+        completion continues before it), and the number generated."""
+        tokens = (c.logprobs.tokens if c.logprobs is not None else None) or []
+        ids = [_token_id(t) for t in tokens]
+        if (not ids and c.text) or any(i is None for i in ids):
+            raise NoContinuation("the endpoint returned no generated token ids "
+                                 "(return_tokens_as_token_ids unsupported)")
+        n = len(ids)
+        if c.finish_reason == "stop" and ids and ids[-1] in self._stop:
+            ids = ids[:-1]
+        return ids, n  # type: ignore[return-value]
+
+    def _count(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if self.tokenizer else 0
+
+    async def _read(self, req: SampleRequest, prompt_ids: list[int],
+                    tokens: list[int]) -> dict[int, float]:
+        """Raw log-probabilities of `tokens` as the next token after `prompt_ids`."""
+        out = await self._call(self._client.completions.create, req, len(prompt_ids), True,
+                               model=req.adapter or self.cfg.model, prompt=prompt_ids, max_tokens=1,
+                               temperature=0.0, logprobs=1,
+                               extra_body={"logprob_token_ids": tokens,
+                                           "return_tokens_as_token_ids": True})
+        lp = out.choices[0].logprobs if out.choices else None
+        top = (lp.top_logprobs or [None])[0] if lp is not None else None
+        got = {}
+        for key, v in (top or {}).items():
+            i = _token_id(key)
+            if i is not None and v is not None:
+                got[i] = float(v)
+        missing = [t for t in tokens if t not in got]
+        if missing:
+            raise NoContinuation(f"no log-probabilities for the asked token ids {missing[:5]} "
+                                 "(logprob_token_ids unsupported)")
+        return {t: got[t] for t in tokens}
+
+    async def _complete(self, req: SampleRequest, s: Sample) -> None:
+        plan = self.plan(req, s.extra.get("ids", []), s.text)
+        reads = await asyncio.gather(*(self._read(req, plan.prefix + list(node), toks)
+                                       for node, toks in plan.reads()))
+        s.choice_logprobs = plan.combine(reads)
+
+    async def _agen(self, req: SampleRequest) -> list[Sample]:
+        completing = req.complete and self.can_complete
+        samples: list[Sample] | None = None
+        if completing:
+            try:
+                samples = (await self._write(req, with_ids=True) if req.feedback
+                           else [Sample(text="", finish_reason="score_only")] * req.n)
+                distinct = {id(s): s for s in samples}.values()  # greedy copies share one completion
+                await asyncio.gather(*(self._complete(req, s) for s in distinct))
+            except NoContinuation as e:
+                self._fall_back(str(e))  # raises with completion: on
+                completing = False
+                if samples is not None and req.feedback:
+                    for s in samples:
+                        s.choice_logprobs = None
+                else:
+                    samples = None
+        if samples is None:
+            if req.feedback or req.complete:  # without continuation a score-only request writes
+                samples = await self._write(req, with_ids=False)
+            else:
+                samples = [Sample(text="", finish_reason="score_only")] * req.n
+        if req.complete and not completing:
+            why = self._why or "endpoint offers no prompt continuation"
+            extra = "" if req.feedback else " (score-only needs it: feedback written)"
+            for s in samples:
+                s.completion = f"{why}{extra}: {TEXT_ONLY}"
+        for s in samples:
+            s.extra.pop("ids", None)
+        return samples
 
     def close(self) -> None:
-        if self._client is not None:
-            self._submit(self._client.aclose()).result(timeout=5)
+        client = getattr(self, "_client", None)
+        if client is not None:
+            self._submit(client.close()).result(timeout=10)
             self._client = None
         self._stop_loop()

@@ -11,7 +11,8 @@ import pytest
 
 from judgeforge.data.templates import TEMPLATE_VERSION, Scale, absolute_messages, rubric_preset
 from judgeforge.serve.config import EngineConfig, SamplingConfig
-from judgeforge.judge.engines import (PromptTooLong, SampleRequest, TemplateVersionMismatch,
+from judgeforge.judge.engines import (EngineDead, EngineError, EngineTimeout, InvalidRequest,
+                                      PromptTooLong, SampleRequest, TemplateVersionMismatch,
                                       UnknownAdapter, check_adapters, load_tokenizer,
                                       prompt_token_ids, render_prompt)
 from judgeforge.judge.judge import GradeItem, Judge, Options
@@ -62,56 +63,213 @@ def test_matching_adapter_and_merged_model_dir(tmp_path):
         check_adapters(EngineConfig(model=str(merged)))
 
 
-# --- openai engine: wire format against a mock endpoint --------------------------------------
-def _mock_endpoint(seen):
+# --- openai engine: wire format against a mock vLLM / OpenAI endpoint --------------------------
+DIGITS = {str(d): 32 + d for d in range(10)}  # SmolLM2: "0".."9" are ids 32..41
+FIRST = {"1": 0.05, "2": 0.1, "3": 0.15, "4": 0.6, "5": 0.1}  # next digit after `[RESULT] `
+AFTER_ONE = {"0": 0.7}  # after "1": "10" or stop
+
+
+def _lp(table: dict[str, float], ids) -> dict[str, float]:
+    return {f"token_id:{t}": math.log(table[d]) if (d := str(t - 32)) in table else -9999.0 for t in ids}
+
+
+def _vllm(seen, tok, text="Fine. [RESULT] 4", ignore_ids=False, reject=None, error=None):
+    """A `vllm serve` double: completions on token-id prompts, `return_tokens_as_token_ids`,
+    `logprob_token_ids` (or an endpoint that ignores / rejects them, or answers `error`)."""
+    gen = [*tok(text, add_special_tokens=False)["input_ids"], tok.eos_token_id]
+
     def handler(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         seen.append((request.url.path, body, request.headers.get("authorization")))
-        if request.url.path.endswith("chat/completions"):
-            lp = {"content": [{"token": t, "logprob": -0.1, "top_logprobs": top} for t, top in [
-                ("Good", [{"token": "Good", "logprob": -0.1}]), (" [RESULT]", []),
-                (" 4", [{"token": " 4", "logprob": math.log(0.6)}, {"token": " 5", "logprob": math.log(0.2)}])]]}
-            choices = [{"index": i, "message": {"role": "assistant", "content": "Good [RESULT] 4"},
-                        "finish_reason": "stop", "logprobs": lp} for i in range(body["n"])]
+        if error is not None:
+            return httpx.Response(error[0], json={"error": error[1]})
+        if reject and reject in body:
+            return httpx.Response(400, json={"error": {
+                "message": f"Unrecognized request argument supplied: {reject}",
+                "type": "invalid_request_error", "param": None, "code": None}})
+        as_ids = body.get("return_tokens_as_token_ids") and not ignore_ids
+        if "logprob_token_ids" in body:
+            prompt = body["prompt"]
+            table = AFTER_ONE if prompt[-1] == DIGITS["1"] else FIRST
+            asked = [] if ignore_ids else body["logprob_token_ids"]
+            top = _lp(table, [DIGITS["4"], *asked]) if as_ids else {"4": math.log(0.6)}
+            choices = [{"index": 0, "text": "4", "finish_reason": "length",
+                        "logprobs": {"tokens": ["token_id:36" if as_ids else "4"],
+                                     "token_logprobs": [-0.5], "text_offset": [0],
+                                     "top_logprobs": [top]}}]
         else:
-            choices = [{"index": i, "text": "Good [RESULT] 3", "finish_reason": "stop",
-                        "logprobs": {"tokens": ["Good", " [RESULT]", " 3"],
-                                     "top_logprobs": [{}, {}, {" 3": -0.5, "3": -1.5, " 2": -2.0}]}}
+            lp = None
+            if body.get("logprobs") is not None:
+                lp = {"tokens": [f"token_id:{t}" if as_ids else tok.decode([t]) for t in gen],
+                      "token_logprobs": [-0.1] * len(gen), "text_offset": list(range(len(gen))),
+                      "top_logprobs": [{} for _ in gen]}
+            choices = [{"index": i, "text": text, "finish_reason": "stop", "logprobs": lp}
                        for i in range(body["n"])]
-        return httpx.Response(200, json={"choices": choices})
+        return httpx.Response(200, json={"id": "cmpl-1", "object": "text_completion", "created": 0,
+                                         "model": body["model"], "choices": choices})
     return httpx.MockTransport(handler)
 
 
-def test_openai_engine_chat_passes_n_and_logprobs_through(monkeypatch):
+def _openai_engine(transport, **kw):
+    from judgeforge.judge.engines.openai import OpenAIEngine
+
+    cfg = EngineConfig(kind="openai", **{"model": "judge", "base_url": "http://replica/v1", **kw})
+    return OpenAIEngine(cfg, http_client=httpx.AsyncClient(transport=transport), max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def smollm_tok(default_model_dir):
+    return load_tokenizer(str(default_model_dir))
+
+
+def test_openai_completions_completes_every_sample_with_logprob_token_ids(default_model_dir, smollm_tok):
+    seen = []
+    with _openai_engine(_vllm(seen, smollm_tok), api="completions", tokenizer=str(default_model_dir),
+                        adapters={"lora1": "/unused"}) as eng:
+        assert eng.can_complete and eng.info()["completion"] is True
+        samples = eng.generate([SampleRequest(messages=MSGS, n=3, seed=5, adapter="lora1")])[0]
+        greedy = eng.generate([SampleRequest(messages=MSGS, n=2, temperature=0.0)])[0]
+        ten = tuple(str(i) for i in range(1, 11))
+        scale10 = eng.generate([SampleRequest(messages=MSGS, n=1, choices=ten)])[0]
+        grade = Judge(eng, SamplingConfig(n=2)).grade([GradeItem("q", "a", rubric_preset("honesty"))])[0]
+    prompt_ids = prompt_token_ids(smollm_tok, MSGS)
+    path, body, _ = seen[0]
+    assert path == "/v1/completions" and body["prompt"] == prompt_ids and body["n"] == 3
+    assert body["model"] == "lora1" and body["seed"] == 5
+    assert body["logprobs"] == 0 and body["return_tokens_as_token_ids"] is True
+    path, read, _ = seen[1]  # one read per sample (1-5: one token each after `[RESULT] `)
+    kept = smollm_tok("Fine.", add_special_tokens=False)["input_ids"]
+    assert read["prompt"][:len(prompt_ids) + len(kept)] == prompt_ids + kept and read["model"] == "lora1"
+    assert read["logprob_token_ids"] == [DIGITS[c] for c in "12345"]
+    assert read["max_tokens"] == 1 and read["temperature"] == 0 and read["logprobs"] == 1
+    for s in samples:
+        assert s.completion is None and s.text == "Fine. [RESULT] 4"
+        assert s.n_tokens == len(kept) + 7  # + " [RESULT] 4" + <|im_end|>
+        assert s.choice_logprobs == pytest.approx({c: math.log(p) for c, p in FIRST.items()})
+    # greedy: one decode (n=1), copied, one completion
+    assert seen[4][1]["n"] == 1 and len(greedy) == 2
+    assert greedy[0].choice_logprobs == greedy[1].choice_logprobs
+    assert "logprob_token_ids" in seen[5][1] and "logprob_token_ids" not in seen[6][1]
+    # 1-10: "10" = "1" then "0"; "1" = "1" then neither a digit nor "0"
+    lp = scale10[0].choice_logprobs
+    assert math.exp(lp["10"]) == pytest.approx(0.05 * 0.7)
+    assert math.exp(lp["1"]) == pytest.approx(0.05 * 0.3)
+    assert math.exp(lp["4"]) == pytest.approx(0.6) and math.exp(lp["9"]) == pytest.approx(0.0)
+    assert grade.score == 4 and grade.score_probs[4] == pytest.approx(0.6)
+
+
+def test_openai_completions_score_only_reads_after_the_prompt(default_model_dir, smollm_tok):
+    seen = []
+    with _openai_engine(_vllm(seen, smollm_tok), api="completions",
+                        tokenizer=str(default_model_dir)) as eng:
+        out = eng.generate([SampleRequest(messages=MSGS, n=3, feedback=False)])[0]
+    assert len(seen) == 1 and "logprob_token_ids" in seen[0][1]  # nothing generated: one read
+    assert len(out) == 3 and all(s.finish_reason == "score_only" for s in out)
+    assert out[0].choice_logprobs == pytest.approx({c: math.log(p) for c, p in FIRST.items()})
+
+
+def _chat(seen, text="Clear and correct. [RESULT] 4"):
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append((request.url.path, body, request.headers.get("authorization")))
+        choices = [{"index": i, "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop"} for i in range(body["n"])]
+        return httpx.Response(200, json={"id": "c", "object": "chat.completion", "created": 0,
+                                         "model": body["model"], "choices": choices})
+    return httpx.MockTransport(handler)
+
+
+def test_openai_chat_falls_back_to_the_written_score(monkeypatch):
     from judgeforge.judge.engines.openai import OpenAIEngine
 
     monkeypatch.setenv("OPENAI_API_KEY", "endpoint-key")
     seen = []
-    cfg = EngineConfig(kind="openai", model="judge", adapters={"lora1": "/unused"}, top_logprobs=5)
-    with OpenAIEngine(cfg, transport=_mock_endpoint(seen)) as eng:
+    with _openai_engine(_chat(seen), adapters={"lora1": "/unused"}) as eng:
+        assert not eng.can_complete
         grade = Judge(eng, SamplingConfig(n=3)).grade([GradeItem("q", "a", rubric_preset("honesty"))])[0]
-        eng.generate([SampleRequest(messages=MSGS, n=2, adapter="lora1", seed=5)])
+        out = eng.generate([SampleRequest(messages=MSGS, n=2, adapter="lora1", seed=5,
+                                          feedback=False)])[0]
     path, body, auth = seen[0]
-    assert path.endswith("/chat/completions") and body["n"] == 3 and body["messages"][0]["role"] == "system"
-    assert body["logprobs"] is True and body["top_logprobs"] == 5 and auth == "Bearer endpoint-key"
-    assert len(seen) == 2  # one call per grading (n in the call), nothing re-sampled
-    assert grade.score == 4 and grade.votes == [4, 4, 4]
-    assert grade.score_probs[4] == pytest.approx(0.75) and grade.expected_score == pytest.approx(4.25)
+    assert path == "/v1/chat/completions" and body["n"] == 3 and body["messages"][0]["role"] == "system"
+    assert "logprobs" not in body and auth == "Bearer endpoint-key"
+    assert len(seen) == 2  # one call per grading, nothing re-sampled
+    assert grade.score == 4 and grade.votes == [4, 4, 4] and grade.score_probs is None
+    assert all(j.completion == "chat endpoint offers no prompt continuation: score parsed from the text"
+               for j in grade.judged)
     assert seen[1][1]["model"] == "lora1" and seen[1][1]["seed"] == 5
+    assert out[0].text.endswith("[RESULT] 4") and "score-only" in out[0].completion  # writes instead
+    with pytest.raises(EngineError, match="api: completions"):
+        OpenAIEngine(EngineConfig(kind="openai", completion="on"))
 
 
-def test_openai_engine_completions_sends_the_local_rendering(default_model_dir):
-    from judgeforge.judge.engines.openai import OpenAIEngine
-
+@pytest.mark.parametrize("how", ["reject", "ignore"])
+def test_openai_auto_falls_back_once_where_the_endpoint_has_no_continuation(default_model_dir, smollm_tok,
+                                                                            caplog, how):
     seen = []
-    cfg = EngineConfig(kind="openai", api="completions", model="judge",
-                       tokenizer=str(default_model_dir), max_model_len=2048)
-    with OpenAIEngine(cfg, transport=_mock_endpoint(seen)) as eng:
+    kw = {"reject": "logprob_token_ids"} if how == "reject" else {"ignore_ids": True}
+    with _openai_engine(_vllm(seen, smollm_tok, **kw), api="completions",
+                        tokenizer=str(default_model_dir)) as eng:
+        first = eng.generate([SampleRequest(messages=MSGS, n=2)])[0]
+        assert not eng.can_complete
+        n_before = len(seen)
+        second = eng.generate([SampleRequest(messages=MSGS, n=2, feedback=False)])[0]
+    for s in first + second:
+        assert s.choice_logprobs is None and s.text == "Fine. [RESULT] 4"
+        assert s.completion.startswith("endpoint offers no prompt continuation")
+        assert s.completion.endswith("score parsed from the text")
+    later = [b for _, b, _ in seen[n_before:]]
+    assert len(later) == 1
+    assert not {"logprob_token_ids", "return_tokens_as_token_ids", "logprobs"} & set(later[0])
+    assert sum("no prompt continuation" in r.message for r in caplog.records) == 1
+
+
+def test_openai_completion_on_refuses_an_endpoint_without_it_and_off_never_reads(default_model_dir,
+                                                                                 smollm_tok):
+    seen = []
+    with _openai_engine(_vllm(seen, smollm_tok, reject="logprob_token_ids"), api="completions",
+                        tokenizer=str(default_model_dir), completion="on") as eng:
+        with pytest.raises(EngineError, match="completion: on.*logprob_token_ids"):
+            eng.generate([SampleRequest(messages=MSGS, n=1)])
+    seen = []
+    with _openai_engine(_vllm(seen, smollm_tok), api="completions", tokenizer=str(default_model_dir),
+                        completion="off") as eng:
         out = eng.generate([SampleRequest(messages=MSGS, n=2)])[0]
-        with pytest.raises(PromptTooLong):
-            eng.generate([SampleRequest(messages=MSGS, n=1, max_tokens=5000)])
-    assert seen[0][1]["prompt"] == render_prompt(eng.tokenizer, MSGS) and seen[0][1]["logprobs"] == 10
-    assert out[0].score_logprobs[3] == pytest.approx(math.log(math.exp(-0.5) + math.exp(-1.5)))
+    assert len(seen) == 1 and "logprobs" not in seen[0][1]
+    assert out[0].completion == "prompt continuation off (completion: off): score parsed from the text"
+
+
+def test_openai_errors_are_typed(default_model_dir, smollm_tok):
+    ctx = {"message": "This model's maximum context length is 2048 tokens. However, your prompt contains "
+                      "3000 input tokens, which exceeds this limit even without any output tokens.",
+           "type": "BadRequestError", "param": "input_tokens", "code": 400}
+    oai = {"message": "too long", "type": "invalid_request_error", "param": "messages",
+           "code": "context_length_exceeded"}
+    cases = [((400, ctx), PromptTooLong, "model context of 2048"), ((400, oai), PromptTooLong, "exceeds"),
+             ((400, {"message": "temperature out of range", "type": "BadRequestError", "param": None,
+                     "code": 400}), InvalidRequest, "answered 400"),
+             ((500, {"message": "boom", "type": "InternalServerError", "code": 500}), EngineError,
+              "answered 500"),
+             ((404, {"message": "The model `x` does not exist.", "type": "NotFoundError", "code": 404}),
+              EngineError, "answered 404")]
+    for error, exc, msg in cases:
+        with _openai_engine(_vllm([], smollm_tok, error=error), api="completions",
+                            tokenizer=str(default_model_dir)) as eng:
+            with pytest.raises(exc, match=msg) as got:
+                eng.generate([SampleRequest(messages=MSGS, n=1)])
+            assert exc is not EngineError or type(got.value) is EngineError
+        assert eng.alive
+
+    def down(request):
+        raise httpx.ConnectError("refused")
+
+    def slow(request):
+        raise httpx.ReadTimeout("slow")
+
+    for handler, exc in ((down, EngineDead), (slow, EngineTimeout)):
+        with _openai_engine(httpx.MockTransport(handler), api="chat") as eng:
+            with pytest.raises(exc, match="http://replica/v1"):
+                eng.generate([SampleRequest(messages=MSGS, n=1)])
+        assert eng.alive  # the endpoint may come back
 
 
 # --- transformers engine on the real SmolLM2 ---------------------------------------------------
