@@ -286,15 +286,15 @@ def hf_engine(default_model_dir, lora_adapters):
 def test_transformers_engine_n5_votes(hf_engine):
     judge = Judge(hf_engine, SamplingConfig(n=5, max_tokens=32, max_resample_rounds=1))
     grades = judge.grade([GradeItem("What is 2+2?", "4", rubric_preset("reasoning"), options=Options(seed=3))])
-    for g in grades:
-        assert len(g.votes) == 5 and g.n_valid + g.n_unparseable == 5
-        assert g.score in {1, 2, 3, 4, 5} if g.score is not None else "no parseable sample" in g.reason
+    for g in grades:  # every sample votes: written or completed
+        assert len(g.votes) == 5 and g.n_valid == 5 and g.score in {1, 2, 3, 4, 5}
+        assert abs(sum(g.score_probs.values()) - 1) < 1e-6 and g.n_sampled == 5
 
 
 @pytest.mark.slow
-def test_transformers_engine_score_logprobs_at_the_score_token(hf_engine):
-    """The model copies a verdict; where a sample has '[RESULT] k', its score log-probs are read
-    at that token and include k."""
+def test_transformers_engine_completes_where_the_judge_wrote_its_score(hf_engine):
+    """The model copies a verdict; where a sample wrote '[RESULT] k', the completion reads every
+    value at that same position (k included, as a probability the model gave)."""
     msgs = [{"role": "user", "content": "Output the following text verbatim:\nFeedback: [RESULT] 3"}]
     samples = hf_engine.generate([SampleRequest(messages=msgs, n=8, max_tokens=16, seed=3)])[0]
     from judgeforge.judge.parsing import parse_score
@@ -303,7 +303,9 @@ def test_transformers_engine_score_logprobs_at_the_score_token(hf_engine):
     assert hits, [s.text for s in samples]
     for s in hits:
         k = parse_score(s.text).score
-        assert s.score_logprobs and k in s.score_logprobs and all(v <= 0 for v in s.score_logprobs.values())
+        lps = s.choice_logprobs
+        assert set(lps) == {"1", "2", "3", "4", "5"} and all(v <= 0 for v in lps.values())
+        assert lps[str(k)] > -30  # the written value had real probability at the completed position
 
 
 @pytest.mark.slow
@@ -334,6 +336,6 @@ def test_grade_local_cli_with_transformers(repo, tmp_path, default_model_dir):
                "-o", str(out), "sampling.max_tokens=16", "sampling.max_resample_rounds=0",
                "engine.cpu_threads=1"])
     rows = [json.loads(x) for x in out.read_text().splitlines()]
-    assert rc == 0 and [r["id"] for r in rows] == [1, 2, 3]
+    assert rc == 3 and [r["id"] for r in rows] == [1, 2, 3]  # 3: some lines failed (the bad rubric)
     assert len(rows[0]["result"]["votes"]) == 2 and rows[1]["error"]["status"] == 422
     assert "winner" in rows[2]["result"]
