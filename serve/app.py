@@ -1,12 +1,18 @@
 """The grading API (FastAPI): `judgeforge serve --config configs/serve/default.yaml [--host H] [--port P]`.
 
 Routes: POST /v1/grade, /v1/grade/batch, /v1/compare, /v1/compare/batch;
-GET /v1/models, /metrics (Prometheus), /health (the only open route).
+GET /v1/models, /metrics (Prometheus), /openapi.json, /health (the only open route).
 
 Failure behaviour (each one tested in tests/serve/):
-- auth: `Authorization: Bearer <key>` when a key is set (env JUDGEFORGE_API_KEY
-  over `server.api_key`), compared in constant time -> 401 otherwise;
-- bad fields -> 422 naming the field (n above `sampling.max_n` included);
+- auth: every path but /health (unknown paths and /openapi.json included) needs
+  `Authorization: Bearer <key>` (scheme case-insensitive; env JUDGEFORGE_API_KEY over
+  `server.api_key`), compared in constant time -> 401 otherwise. With no non-empty key the
+  server refuses to start, unless `server.auth=none` says so explicitly (then a warning at
+  start and "auth": "none" in /health);
+- bodies: more than `server.max_body_bytes` -> 413 before parsing; not sent as
+  `content-type: application/json` -> 415; not UTF-8 or not JSON -> 400 saying where;
+  nested deeper than MAX_JSON_DEPTH -> 422;
+- bad fields -> 422 naming the field (n above `sampling.max_n` and NaN/Infinity included);
 - prompt + max_tokens beyond the model context -> 413, counted with the
   tokenizer before anything is queued (never truncated);
 - more than `server.max_in_flight` gradings admitted -> 429 + Retry-After at once;
@@ -22,22 +28,54 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
 from judgeforge.serve.config import ServeConfig
 from judgeforge.judge.engines import EngineError, JudgeEngine
 from judgeforge.serve.routes import ROUTERS
-from judgeforge.serve.schemas import FieldError, apply_limits_to_openapi
-from judgeforge.serve.state import AppState, Metrics
+from judgeforge.serve.schemas import FieldError, apply_limits_to_openapi, safe_errors
+from judgeforge.serve.state import UNAUTHORIZED, AppState, Metrics, required_key
 
 log = logging.getLogger("judgeforge.serve")
 
+OPEN_PATHS = frozenset({"/health"})  # load balancers poll it without a key
+UNMATCHED = "unmatched"  # the one metrics label of every path no route matches
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+MAX_JSON_DEPTH = 32  # our deepest request (batch > item > rubric) nests 3; stops "[[[[..." early
+
+
+class ErrorResponse(JSONResponse):
+    """Error bodies as ASCII JSON: they may quote client text, and a lone surrogate ("\\ud800" in
+    the request's JSON) cannot be encoded as UTF-8."""
+
+    def render(self, content) -> bytes:
+        text = json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+        return text.encode()
+
+
+def header(scope, name: bytes) -> bytes:
+    """A request header's raw value (ASGI servers lower-case the names)."""
+    return next((v for k, v in scope["headers"] if k == name), b"")
+
+
+def route_label(scope) -> str:
+    """The template of the route the path matches (a 405 too), else "unmatched": one metrics series
+    per route, however many paths clients invent."""
+    for route in scope["app"].router.routes:
+        if route.matches(scope)[0] is not Match.NONE:
+            return getattr(route, "path", UNMATCHED)
+    return UNMATCHED
+
 
 class CountRequests:
-    """Pure ASGI middleware counting requests by route and status. (Starlette's
+    """Pure ASGI middleware counting requests by route template and status. (Starlette's
     BaseHTTPMiddleware would hide client disconnects from the endpoints.)"""
 
     def __init__(self, app, metrics: Metrics):
@@ -56,7 +94,126 @@ class CountRequests:
         try:
             await self.app(scope, receive, send_counted)
         finally:
-            self.metrics.requests.labels(scope["path"], str(status["code"])).inc()
+            self.metrics.requests.labels(route_label(scope), str(status["code"])).inc()
+
+
+class RequireKey:
+    """Pure ASGI: the key on every path but /health, before routing and before any body is read,
+    so strangers learn nothing (not even which paths exist) and cost no parsing."""
+
+    def __init__(self, app, state: AppState):
+        self.app, self.state = app, state
+
+    async def __call__(self, scope, receive, send):
+        if (scope["type"] == "http" and scope["path"] not in OPEN_PATHS
+                and not self.state.authorized(header(scope, b"authorization"))):
+            response = ErrorResponse({"detail": UNAUTHORIZED}, 401, {"WWW-Authenticate": "Bearer"})
+            return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+class BodyError(Exception):
+    """A request body refused before FastAPI parses it: the status and the detail to send."""
+
+    def __init__(self, status: int, detail, kind: str | None = None):
+        super().__init__(detail)
+        self.status = status
+        self.detail = [{"loc": ["body"], "msg": detail, "type": kind}] if kind else detail
+
+
+class JSONBodies:
+    """Pure ASGI: a body is read here, at most `max_bytes`, and must be UTF-8 JSON no deeper than
+    MAX_JSON_DEPTH, else 413/415/400/422 saying which. (FastAPI alone answers "Input should be a
+    valid dictionary" to JSON sent as text/plain and "error parsing the body" to the rest.) The
+    checked body is then replayed to the app."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
+            return await self.app(scope, receive, send)
+        try:
+            body = await read_body(scope, receive, self.max_bytes)
+            check_json(header(scope, b"content-type").decode("latin-1"), body)
+        except ClientDisconnect:
+            return  # nobody to answer
+        except BodyError as e:
+            return await ErrorResponse({"detail": e.detail}, e.status)(scope, receive, send)
+        await self.app(scope, replay(body, receive), send)
+
+
+async def read_body(scope, receive, limit: int) -> bytes:
+    """The whole body, refused (413) as soon as it is known to exceed `limit` bytes."""
+    declared = header(scope, b"content-length")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyError(413, f"body of {int(declared)} bytes; the limit is {limit} bytes")
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if size > limit:  # chunked, or a lying content-length
+            raise BodyError(413, f"body over the limit of {limit} bytes")
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replay(body: bytes, receive):
+    """The checked body as one message, then the real channel (polled for disconnects)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive_again():
+        return pending.pop() if pending else await receive()
+
+    return receive_again
+
+
+def check_json(content_type: str, body: bytes) -> None:
+    """Raises BodyError unless `body` is empty (the route's 422 names what is missing) or UTF-8
+    JSON, sent as such, nested at most MAX_JSON_DEPTH deep."""
+    if not body:
+        return
+    if not is_json(content_type):
+        raise BodyError(415, "send the body as JSON with content-type: application/json (got "
+                        f"{content_type or 'no content-type'!r})")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BodyError(400, f"body is not valid UTF-8 (byte {e.start})", "utf8_invalid") from None
+    value, deep = None, False
+    try:
+        value = json.loads(text)
+    except RecursionError:  # json's C parser gives up around 1000 levels
+        deep = True
+    except ValueError as e:  # JSONDecodeError (with the position); ints over 4300 digits
+        raise BodyError(400, f"body is not valid JSON: {e}", "json_invalid") from None
+    if deep or too_deep(body, value, MAX_JSON_DEPTH):
+        raise BodyError(422, f"JSON nesting deeper than {MAX_JSON_DEPTH}", "json_too_deep")
+
+
+def is_json(content_type: str) -> bool:
+    """application/json or application/<anything>+json, parameters (charset) aside, as FastAPI."""
+    mime = content_type.split(";", 1)[0].strip().lower()
+    return mime == "application/json" or (mime.startswith("application/") and mime.endswith("+json"))
+
+
+def too_deep(body: bytes, value, limit: int) -> bool:
+    """Whether containers nest deeper than `limit` (level by level: the check cannot recurse)."""
+    if body.count(b"[") + body.count(b"{") <= limit:  # a cheap bound first: the usual case
+        return False
+    level, depth = [value], 0
+    while level:
+        containers = [v for v in level if isinstance(v, (dict, list))]
+        if not containers:
+            return False
+        depth += 1
+        if depth > limit:
+            return True
+        level = [c for v in containers for c in (v.values() if isinstance(v, dict) else v)]
+    return False
 
 
 @contextlib.asynccontextmanager
@@ -81,20 +238,32 @@ def openapi(app: FastAPI, cfg: ServeConfig) -> dict:
 
 
 async def field_error(request: Request, exc: FieldError):
-    return JSONResponse({"detail": exc.detail()}, status_code=422)
+    return ErrorResponse({"detail": exc.detail()}, status_code=422)
+
+
+async def validation_error(request: Request, exc: RequestValidationError):
+    # FastAPI's own handler echoes every input: a NaN made it raise (500), a whole body came back.
+    return ErrorResponse({"detail": safe_errors(exc.errors())}, status_code=422)
 
 
 def create_app(cfg: ServeConfig, engine: JudgeEngine) -> FastAPI:
-    """The app around a built engine (the app closes it at shutdown).
+    """The app around a built engine (the app closes it at shutdown); raises NoApiKey (a
+    ConfigError) when `server.auth=key` and no non-empty key is configured.
 
     The endpoints live in `judgeforge.serve.routes`; what they share (engine,
     Judge, metrics, admission, key, liveness) in `judgeforge.serve.state`.
     """
+    # No /docs or /redoc: a browser cannot send the key to fetch the spec they render. The spec
+    # itself is served at /openapi.json behind the key.
     app = FastAPI(title="judgeforge grading API", version="1", lifespan=lifespan,
-                  description=__doc__.split("\n\n", 1)[1])
+                  description=__doc__.split("\n\n", 1)[1], docs_url=None, redoc_url=None)
     app.state.shared = shared = AppState(cfg, engine)
     app.openapi = functools.partial(openapi, app, cfg)
     app.add_exception_handler(FieldError, field_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    # Added innermost first: requests pass CountRequests, then RequireKey, then JSONBodies.
+    app.add_middleware(JSONBodies, max_bytes=cfg.server.max_body_bytes)
+    app.add_middleware(RequireKey, state=shared)
     app.add_middleware(CountRequests, metrics=shared.metrics)
     for router in ROUTERS:
         app.include_router(router)
@@ -116,7 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(ServeConfig, args.config, args.overrides,
                       extra={"server.host": args.host, "server.port": args.port})
     configure_logging()
-    log.info("resolved config:\n%s", dump_config(cfg).replace(cfg.server.api_key or "\0", "***"))
+    required_key(cfg)  # no key, no server: before minutes of model loading (exit 2 via the CLI)
+    shown = cfg.server.model_copy(update={"api_key": "***" if cfg.server.api_key else None})
+    log.info("resolved config:\n%s", dump_config(cfg.model_copy(update={"server": shown})))
     try:
         engine = build_engine(cfg)
     except EngineError as e:  # bad adapter, template mismatch: a clear message, not a traceback

@@ -16,8 +16,16 @@ class ServerConfig(Config):
     """Bind address."""
     port: int = 8000
     """Bind port."""
+    auth: Literal["key", "none"] = "key"
+    """With "key", every path but /health needs `Authorization: Bearer <key>`, and the server
+    refuses to start without a non-empty key (env JUDGEFORGE_API_KEY over `api_key`). "none": no
+    auth at all, only behind an authenticating proxy; warned about at start, shown in /health."""
     api_key: str | None = None
-    """Bearer key required on every route but /health; env JUDGEFORGE_API_KEY overrides it."""
+    """Bearer key required on every path but /health; env JUDGEFORGE_API_KEY overrides it."""
+    max_body_bytes: int = Field(4 * 2**20, ge=1)
+    """Largest request body read (413 beyond it, before anything is parsed; bodies must be UTF-8
+    JSON sent as `content-type: application/json`). 4 MiB holds a batch of 64 items of 64 KB; a
+    hostile body of that size costs about a second of parsing, so raise it only as far as needed."""
     max_in_flight: int = 64
     """Gradings admitted at once (queued or running); above it requests get 429 at once."""
     retry_after_s: int = 2

@@ -7,10 +7,11 @@ limits from the config (`max_n`, `max_input_chars`, `max_batch`) are checked by
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from judgeforge.data.templates import RUBRIC_PRESETS, Rubric, Scale
 from judgeforge.judge.items import CompareItem, GradeItem, Options
@@ -29,11 +30,51 @@ class FieldError(ValueError):
         return [{"loc": ["body", *self.loc], "msg": self.msg, "type": self.kind}]
 
 
+def _unicode(v: str) -> str:
+    """JSON's "\\ud800" escapes give Python strings no tokenizer accepts (a TypeError, a 500)."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"not valid Unicode: a lone surrogate at character {e.start}") from None
+    return v
+
+
+Text = Annotated[str, AfterValidator(_unicode)]
+"""Request text: any string that is valid Unicode (encodable as UTF-8)."""
+ECHO_CHARS = 200
+
+
+def safe_errors(errors: list[dict]) -> list[dict]:
+    """pydantic errors as JSON-safe 422 details whatever the client sent: the offending input is
+    echoed only as a short scalar (NaN/inf as strings; a whole body or a 200k-character text is
+    not sent back), constraint values (ctx) as JSON scalars."""
+    out = []
+    for e in errors:
+        d = {"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]}
+        if not isinstance(e.get("input"), (dict, list, tuple)):
+            d["input"] = _echo(e.get("input"))
+        if e.get("ctx"):
+            d["ctx"] = {k: _echo(v) for k, v in e["ctx"].items()}
+        out.append(d)
+    return out
+
+
+def _echo(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # JSON has no NaN/inf: "nan", "inf"
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63:
+        return "<large integer>"  # JSON parsers of other languages lose it anyway
+    if v is None or isinstance(v, (bool, int, float)):
+        return v
+    text = v if isinstance(v, str) else str(v)  # ctx may hold an exception
+    return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS] + "..."
+
+
 class RubricIn(BaseModel):
     """BiGGen-Bench rubric layout: `criteria` and `score<k>_description` for each score."""
 
     model_config = ConfigDict(extra="allow")
-    criteria: str = Field(min_length=1)
+    criteria: Text = Field(min_length=1)
 
     @model_validator(mode="after")
     def _descriptions(self):
@@ -42,6 +83,7 @@ class RubricIn(BaseModel):
                 raise ValueError(f"unknown rubric key {key!r} (expected criteria, score<k>_description)")
             if not isinstance(value, str):
                 raise ValueError(f"rubric {key} must be a string")
+            _unicode(value)
         return self
 
     def to_rubric(self) -> Rubric:
@@ -49,12 +91,15 @@ class RubricIn(BaseModel):
 
 
 class SamplingIn(BaseModel):
+    # NaN/Infinity (which Python's json accepts, and 1e309 overflows to) pass no range check
+    # cleanly: refuse non-finite floats outright, as a 422 naming the field.
+    model_config = ConfigDict(allow_inf_nan=False)
     n: int | None = Field(None, ge=1, description="samples to vote over (<= the server's max_n)")
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     max_tokens: int | None = Field(None, ge=1, le=1_000_000)
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
-    adapter: str | None = Field(None, description="LoRA adapter name from GET /v1/models; null = base")
+    adapter: Text | None = Field(None, description="LoRA adapter name from GET /v1/models; null = base")
     feedback: bool | None = Field(None, description="false: score-only (the distribution straight after "
                                   "the prompt and `[RESULT] `, no feedback written); null: server default")
     include_samples: bool = Field(False, description="also return the raw text of every sample")
@@ -72,10 +117,10 @@ RubricField = Field(description="BiGGen-Bench rubric dict or a preset name: "
 
 class GradeRequest(SamplingIn):
     model_config = ConfigDict(extra="forbid")
-    instruction: str = Field(min_length=1)
-    response: str
+    instruction: Text = Field(min_length=1)
+    response: Text
     rubric: RubricIn | PresetName = RubricField
-    reference_answer: str | None = None
+    reference_answer: Text | None = None
     scale: list[int] | None = Field(None, min_length=2, max_length=2,
                                     description="[lo, hi] integer score range, default [1, 5]")
 
@@ -94,11 +139,11 @@ class GradeRequest(SamplingIn):
 
 class CompareRequest(SamplingIn):
     model_config = ConfigDict(extra="forbid")
-    instruction: str = Field(min_length=1)
-    response_a: str
-    response_b: str
+    instruction: Text = Field(min_length=1)
+    response_a: Text
+    response_b: Text
     rubric: RubricIn | PresetName = RubricField
-    reference_answer: str | None = None
+    reference_answer: Text | None = None
     both_orders: bool = Field(False, description="also grade B-vs-A; a win counts only if both agree")
 
     def item(self) -> CompareItem:

@@ -1,13 +1,16 @@
 """What every route of the grading API shares: one `AppState` per app, on `app.state.shared`.
 
-Routes get it with the `get_state` dependency (`state: State` in a signature);
-`require_key` is the bearer-key dependency of every route but /health.
+Routes get it with the `get_state` dependency (`state: State` in a signature). The bearer key
+is checked by the app's `RequireKey` middleware on every path but /health (before routing or
+reading a body), and again by the `require_key` dependency of the routers, so that a router
+mounted elsewhere stays closed too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import logging
 import os
@@ -16,12 +19,14 @@ from typing import Annotated, Awaitable, Callable
 
 from fastapi import Depends, HTTPException, Request
 
+from judgeforge.config import ConfigError
 from judgeforge.judge.engines import EngineDead, EngineError, JudgeEngine, PromptTooLong, UnknownAdapter
 from judgeforge.judge.judge import Judge
 from judgeforge.serve.config import ServeConfig
 from judgeforge.serve.schemas import FieldError, validate_limits
 
 log = logging.getLogger(__name__)
+UNAUTHORIZED = "missing or wrong API key (Authorization: Bearer ...)"
 
 
 class Metrics:
@@ -57,30 +62,67 @@ class Admission:
         self.used -= k
 
 
+class NoApiKey(ConfigError):
+    """`server.auth=key` without a non-empty key: refuse to start rather than serve everyone."""
+
+
 def api_key(cfg: ServeConfig) -> str | None:
-    return os.environ.get("JUDGEFORGE_API_KEY") or cfg.server.api_key or None
+    """Env JUDGEFORGE_API_KEY over `server.api_key`; empty or blank counts as unset (a key of
+    spaces is a templating accident, not a secret)."""
+    for key in (os.environ.get("JUDGEFORGE_API_KEY"), cfg.server.api_key):
+        if key and key.strip():
+            return key.strip()
+    return None
+
+
+def required_key(cfg: ServeConfig) -> str | None:
+    """The key every request must carry; None only when auth is explicitly off (server.auth=none)."""
+    if cfg.server.auth == "none":
+        return None
+    key = api_key(cfg)
+    if key is None:
+        raise NoApiKey("no API key: set JUDGEFORGE_API_KEY or server.api_key (or server.auth=none "
+                       "to serve with no auth at all, behind an authenticating proxy)")
+    return key
+
+
+def key_matches(header: bytes, key: bytes) -> bool:
+    """`Authorization: Bearer <key>` with the scheme case-insensitive (RFC 7235). Digests are
+    compared in constant time, so neither the key's content nor its length leaks."""
+    scheme, _, token = header.strip().partition(b" ")
+    same = hmac.compare_digest(hashlib.sha256(token.strip()).digest(), hashlib.sha256(key).digest())
+    return same and scheme.lower() == b"bearer"
 
 
 class AppState:
     """The engine, its Judge, metrics, admission, the API key and the engine's liveness."""
 
     def __init__(self, cfg: ServeConfig, engine: JudgeEngine):
+        key = required_key(cfg)  # NoApiKey: an embedder cannot get an open server by accident
+        if key is None:
+            log.warning("AUTH IS OFF (server.auth=none): every route is open to anyone who can "
+                        "reach this server")
+        self.key = key.encode() if key else None
         self.cfg, self.engine = cfg, engine
         self.judge = Judge(engine, cfg.sampling)
         self.metrics = Metrics()
         self.admission = Admission(cfg.server.max_in_flight)
-        self.key = api_key(cfg)
         self.alive, self.reason = engine.alive, None
 
     # -- auth and liveness -------------------------------------------------
 
+    @property
+    def auth(self) -> str:
+        return "none" if self.key is None else "key"
+
+    def authorized(self, header: bytes) -> bool:
+        """Whether a raw Authorization header value passes (always, with auth off)."""
+        return self.key is None or key_matches(header, self.key)
+
     def require_key(self, request: Request) -> None:
-        if self.key is None:
-            return
-        got = request.headers.get("authorization", "")
-        if not hmac.compare_digest(got.encode(), f"Bearer {self.key}".encode()):
-            raise HTTPException(401, "missing or wrong API key (Authorization: Bearer ...)",
-                                headers={"WWW-Authenticate": "Bearer"})
+        # Starlette decodes headers as latin-1: encoding back gives the raw bytes sent.
+        if not self.authorized(request.headers.get("authorization", "").encode("latin-1")):
+            raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
 
     def engine_ok(self) -> bool:
         """Engine liveness (cheap; the watcher also polls it so /metrics and /health follow)."""
@@ -179,7 +221,7 @@ def get_state(request: Request) -> AppState:
 
 
 def require_key(request: Request) -> None:
-    """FastAPI dependency: 401 unless the bearer key matches (when one is set)."""
+    """FastAPI dependency: 401 unless the bearer key matches (unless auth is off)."""
     get_state(request).require_key(request)
 
 

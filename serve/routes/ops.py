@@ -1,4 +1,5 @@
-"""GET /v1/models, /health (open: load balancers poll it) and /metrics (Prometheus)."""
+"""GET /v1/models, /health (open: load balancers poll it; says whether auth is off) and /metrics
+(Prometheus, one series per route template)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ async def models(state: State) -> dict:
 async def health(state: State):
     engine, admission = state.engine, state.admission
     alive = state.engine_ok()
-    body = {"status": "ok" if alive else "dead", "engine": engine.kind, "model": engine.model_name,
+    body = {"status": "ok" if alive else "dead", "auth": state.auth, "engine": engine.kind,
+            "model": engine.model_name,
             "in_flight": admission.used, "max_in_flight": admission.limit,
             "engine_unfinished": engine.num_unfinished() if alive else None}
     if not alive:
