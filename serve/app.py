@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from judgeforge.cli import configure_logging
     from judgeforge.config import command_parser, dump_config, load_config
-    from judgeforge.judge.engines import build_engine
+    from judgeforge.judge.engines import TemplateVersionMismatch, build_engine
 
     p = command_parser("judgeforge serve", "Serve the judge over HTTP (grading with self-consistency).")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("resolved config:\n%s", dump_config(cfg.model_copy(update={"server": shown})))
     try:
         engine = build_engine(cfg)
-    except EngineError as e:  # bad adapter, template mismatch: a clear message, not a traceback
+    except (EngineError, TemplateVersionMismatch) as e:  # bad adapter: a clear message, not a traceback
         log.error("cannot start the engine: %s", e)
         return 2
     app = create_app(cfg, engine)

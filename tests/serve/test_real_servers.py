@@ -75,7 +75,7 @@ def test_server_refuses_adapter_from_another_template(repo, tmp_path, lora_adapt
         (bad / f).write_bytes((__import__("pathlib").Path(lora_adapters["judge_a"]) / f).read_bytes())
     (bad / "judgeforge.json").write_text(json.dumps({"template_version": "prometheus2-v0"}))
     srv = ServerProcess(repo / "configs/serve/transformers.yaml", [f"engine.adapters.old={bad}"],
-                        log=tmp_path / "bad.log")
+                        env={"JUDGEFORGE_API_KEY": "k"}, log=tmp_path / "bad.log")
     assert srv.proc.wait(120) == 2
     srv.stop()
     assert "trained with prompt template 'prometheus2-v0'" in (tmp_path / "bad.log").read_text()

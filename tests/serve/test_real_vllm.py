@@ -157,7 +157,7 @@ def _cap(body):
 
 def test_schema_fuzz_real_engine_no_5xx(server):
     """schemathesis over every operation of the served OpenAPI spec (a few examples each)."""
-    schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
+    schema = schemathesis.openapi.from_url(server.url + "/openapi.json", headers=AUTH)
     seen = []
     for result in schema.get_all_operations():
         op = result.ok()
