@@ -1,23 +1,30 @@
 """The transformers engine: the same contract on plain `generate`, for machines without vLLM.
 
-Requests with equal sampling settings are batched (left padding) and each
-prompt gets its N samples through `num_return_sequences=N`. Raw logits
-(`output_logits=True`, before temperature/top-p) give the score distribution,
-read only at the score position. LoRA adapters are loaded with PEFT and
-selected per batch. `agenerate` runs `generate` in a worker thread, one batch
-at a time; cancelling it stops the running `generate` at the next token.
+Requests with equal sampling settings are batched (left padding); each prompt's N samples are N
+repeated rows. Then every sample's score is completed as the vLLM engine does (judge.completion):
+the prompt is prefilled once per request into a `DynamicCache`, and each read runs only the tokens
+after the prompt (kept generated ids, `[RESULT] `, the read's node) on that cache, which is cropped
+back afterwards; reads along one path share a forward pass. The read is the float32 log-softmax of
+the raw logits over the full vocabulary. Score-only requests (`feedback=False`) generate nothing.
+LoRA adapters are loaded with PEFT and selected per batch, for generation and completion alike.
+`agenerate` runs `generate` in a worker thread; cancelling it stops the work at its next token
+(or next sample to complete).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
 import threading
 from itertools import groupby
 from typing import Sequence
 
-from judgeforge.judge.engines import (JudgeEngine, Sample, SampleRequest, check_adapters,
-                                      load_tokenizer)
-from judgeforge.judge.parsing import score_logprobs_at, score_position
+from judgeforge.judge.engines.base import (JudgeEngine, Sample, SampleRequest, check_adapters,
+                                           load_tokenizer)
+
+Draft = tuple[Sample, list[int]]
+"""A generated sample and its token ids without end-of-turn or padding."""
 
 
 class TransformersEngine(JudgeEngine):
@@ -43,6 +50,9 @@ class TransformersEngine(JudgeEngine):
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+        eos = model.generation_config.eos_token_id
+        eos = eos if isinstance(eos, list) else [eos]
+        self._stop_ids = {self.tokenizer.eos_token_id, *eos} - {None}
         if self._adapters:
             from peft import PeftModel
 
@@ -62,25 +72,31 @@ class TransformersEngine(JudgeEngine):
 
     @staticmethod
     def _key(r: SampleRequest):
-        return (r.adapter or "", r.n, r.temperature, r.top_p, r.max_tokens, r.seed if r.seed is not None else -1)
+        return (r.adapter or "", r.feedback, r.n, r.temperature, r.top_p, r.max_tokens,
+                r.seed if r.seed is not None else -1)
 
     def generate(self, requests: Sequence[SampleRequest], cancel: threading.Event | None = None
                  ) -> list[list[Sample]]:
-        ids = [self.check_request(r) for r in requests]
+        requests = [self.prepare(r) for r in requests]
         out: list[list[Sample] | None] = [None] * len(requests)
         order = sorted(range(len(requests)), key=lambda i: self._key(requests[i]))
         for _, group in groupby(order, key=lambda i: self._key(requests[i])):
             group = list(group)
             for k in range(0, len(group), self.cfg.batch_size):
                 chunk = group[k:k + self.cfg.batch_size]
+                reqs = [requests[i] for i in chunk]
                 with self._lock:
-                    res = self._generate_batch([ids[i] for i in chunk], requests[chunk[0]], cancel)
-                for i, samples in zip(chunk, res):
-                    out[i] = samples
+                    drafts = (self._generate_batch(reqs, cancel) if reqs[0].feedback else
+                              [[(Sample(text="", finish_reason="score_only"), [])] for _ in reqs])
+                    for i, r, d in zip(chunk, reqs, drafts):
+                        if r.complete:
+                            self._complete(r, d, cancel)
+                        samples = [s for s, _ in d]
+                        out[i] = samples if r.feedback else samples * r.n
         return out  # type: ignore[return-value]
 
     async def agenerate(self, request: SampleRequest) -> list[Sample]:
-        self.check_request(request)
+        request = self.prepare(request)
         cancel = threading.Event()
         try:
             return (await asyncio.to_thread(self.generate, [request], cancel))[0]
@@ -88,8 +104,20 @@ class TransformersEngine(JudgeEngine):
             cancel.set()  # stops generate() at its next token, freeing the model
             raise
 
-    def _generate_batch(self, ids: list[list[int]], req: SampleRequest,
-                        cancel: threading.Event | None) -> list[list[Sample]]:
+    def _adapter(self, name: str | None):
+        """The context a forward pass runs in: the request's adapter, or the bare base model."""
+        if name:
+            self.model.set_adapter(name)
+            return contextlib.nullcontext()
+        return self.model.disable_adapter() if self._adapters else contextlib.nullcontext()
+
+    @staticmethod
+    def _check(cancel: threading.Event | None) -> None:
+        if cancel is not None and cancel.is_set():
+            raise asyncio.CancelledError()
+
+    def _generate_batch(self, reqs: list[SampleRequest], cancel: threading.Event | None
+                        ) -> list[list[Draft]]:
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
@@ -98,57 +126,92 @@ class TransformersEngine(JudgeEngine):
                 return torch.full((input_ids.shape[0],), bool(cancel and cancel.is_set()),
                                   dtype=torch.bool, device=input_ids.device)
 
+        req = reqs[0]  # the batch shares its sampling settings
         # HF expands num_return_sequences into N copies before prefill anyway; repeating the
         # prompts ourselves also works for greedy decoding, where HF refuses N > 1.
-        rows = [p for p in ids for _ in range(req.n)]
+        rows = [r.prompt_ids for r in reqs for _ in range(req.n)]
         enc = self.tokenizer.pad({"input_ids": rows}, return_tensors="pt").to(self.device)
         if req.seed is not None:
             torch.manual_seed(req.seed)
         sample = req.temperature > 0
         kwargs = dict(do_sample=sample, max_new_tokens=req.max_tokens,
-                      output_logits=req.want_logprobs, return_dict_in_generate=True,
                       pad_token_id=self.tokenizer.pad_token_id,
                       stopping_criteria=StoppingCriteriaList([_Cancelled()]))
         if sample:
             kwargs.update(temperature=req.temperature, top_p=req.top_p)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        model = self.model
-        with torch.inference_mode():
-            if req.adapter:
-                model.set_adapter(req.adapter)
-                gen = model.generate(**enc, **kwargs)
-            elif self._adapters:
-                with model.disable_adapter():
-                    gen = model.generate(**enc, **kwargs)
-            else:
-                gen = model.generate(**enc, **kwargs)
-        if cancel is not None and cancel.is_set():
-            raise asyncio.CancelledError()
-        new = gen.sequences[:, enc["input_ids"].shape[1]:]
-        samples = [self._sample(new[j], gen.logits, j, req) for j in range(new.shape[0])]
-        return [samples[i * req.n:(i + 1) * req.n] for i in range(len(ids))]
+        with torch.inference_mode(), self._adapter(req.adapter):
+            seqs = self.model.generate(**enc, **kwargs)
+        self._check(cancel)
+        drafts = [self._draft(row) for row in seqs[:, enc["input_ids"].shape[1]:].tolist()]
+        return [drafts[i * req.n:(i + 1) * req.n] for i in range(len(reqs))]
 
-    def _sample(self, toks, logits, row: int, req: SampleRequest) -> Sample:
+    def _draft(self, ids: list[int]) -> Draft:
+        """One generated row: cut at the first end-of-turn token (what follows is padding)."""
+        end = next((i for i, t in enumerate(ids) if t in self._stop_ids), None)
+        kept = ids[:end] if end is not None else ids
+        s = Sample(text=self.tokenizer.decode(kept, skip_special_tokens=True),
+                   finish_reason="stop" if end is not None else "length",
+                   n_tokens=end + 1 if end is not None else len(ids))  # as vLLM: stop token counts
+        return s, kept
+
+    def _complete(self, req: SampleRequest, drafts: list[Draft],
+                  cancel: threading.Event | None) -> None:
+        """Every draft's `choice_logprobs`: the prompt prefilled once, one pass per read path."""
+        import torch
+        from transformers import DynamicCache
+
+        prompt = list(req.prompt_ids or [])
+        done: dict[tuple[int, ...], dict[str, float]] = {}  # equal samples (greedy) share one
+        with torch.inference_mode(), self._adapter(req.adapter):
+            # The prompt's last token is left out of the cache so a read never runs an empty input.
+            cache = DynamicCache(config=self.model.config)
+            if len(prompt) > 1:
+                self.model(input_ids=self._ids(prompt[:-1]), past_key_values=cache,
+                           use_cache=True, logits_to_keep=1)
+            for s, ids in drafts:
+                if tuple(ids) not in done:
+                    self._check(cancel)
+                    done[tuple(ids)] = self._read_plan(req, prompt, ids, s.text, cache)
+                s.choice_logprobs = dict(done[tuple(ids)])
+
+    def _read_plan(self, req: SampleRequest, prompt: list[int], ids: list[int], text: str,
+                   cache) -> dict[str, float]:
         import torch
 
-        eos = {self.tokenizer.eos_token_id, *((self.model.generation_config.eos_token_id or [])
-                                              if isinstance(self.model.generation_config.eos_token_id, list)
-                                              else [self.model.generation_config.eos_token_id])}
-        ids = toks.tolist()
-        end = next((i for i, t in enumerate(ids) if t in eos), None)
-        ids = ids[:end] if end is not None else ids
-        lps = None
-        if logits is not None and req.want_logprobs and self.cfg.top_logprobs:
-            pieces = [self.tokenizer.decode([t]) for t in ids]  # per-token text, as vLLM reports it
-            i = score_position(pieces)
-            if i is not None:
-                top = torch.log_softmax(logits[i][row].float(), -1).topk(self.cfg.top_logprobs)
-                cand: dict[str, float] = {}
-                for lp, t in zip(top.values.tolist(), top.indices.tolist()):
-                    s = self.tokenizer.decode([t])
-                    cand[s] = max(cand.get(s, float("-inf")), lp)
-                lps = score_logprobs_at(cand, req.scale)
-        return Sample(text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                      finish_reason="stop" if end is not None else "length", n_tokens=len(ids),
-                      score_logprobs=lps)
+        plan = self.plan(req, ids, text)
+        if plan.prefix[:len(prompt)] != prompt or not prompt:
+            raise RuntimeError("completion plan does not extend the request's prompt")
+        reads = plan.reads()
+        nodes = [node for node, _ in reads]
+        at: dict[tuple[int, ...], torch.Tensor] = {}
+        # One forward per path end: its logits are also the reads of every node on the way.
+        leaves = [n for n in nodes if not any(len(m) > len(n) and m[:len(n)] == n for m in nodes)]
+        for leaf in leaves:
+            tail = plan.prefix[len(prompt) - 1:] + list(leaf)
+            logits = self._forward(tail, cache, keep=len(leaf) + 1)
+            for k in range(len(leaf) + 1):
+                if leaf[:k] in nodes and leaf[:k] not in at:
+                    at[leaf[:k]] = torch.log_softmax(logits[k].float(), dim=-1)
+        return plan.combine([{t: at[node][t].item() for t in toks} for node, toks in reads])
+
+    def _forward(self, tail: list[int], cache, keep: int):
+        """Logits of the last `keep` positions of `tail` run after `cache` (left as it was)."""
+        from transformers.cache_utils import DynamicLayer
+
+        if not all(type(layer) is DynamicLayer for layer in cache.layers):
+            cache = copy.deepcopy(cache)  # sliding-window & co cannot always be cropped back
+        n0 = cache.get_seq_length()
+        try:
+            out = self.model(input_ids=self._ids(tail), past_key_values=cache, use_cache=True,
+                             logits_to_keep=keep)
+        finally:
+            if cache.get_seq_length() > n0:
+                cache.crop(n0 - cache.get_seq_length())
+        return out.logits[0]
+
+    def _ids(self, ids: list[int]):
+        import torch
+
+        return torch.tensor([ids], dtype=torch.long, device=self.device)
