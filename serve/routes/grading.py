@@ -40,45 +40,36 @@ def compare_out(state: AppState, req: CompareRequest, cmp, t0: float) -> Compare
                            latency_s=time.monotonic() - t0)
 
 
+async def _run(state: AppState, request: Request, reqs: list, loc: str | None, route: str,
+               judge_fn, out_fn) -> list:
+    """Check every request (before admission), run them under admission, shape the answers."""
+    checked = state.check(reqs, loc)
+    t0 = time.monotonic()
+    work = lambda: asyncio.gather(*(judge_fn(it, rs) for it, rs in checked))  # noqa: E731
+    with state.metrics.latency.labels(route).time():
+        results = await state.guarded_run(request, len(checked), work)
+    return [out_fn(state, r, res, t0) for r, res in zip(reqs, results)]
+
+
 @router.post("/v1/grade", response_model=GradeResponse)
 async def grade(req: GradeRequest, request: Request, state: State):
-    judge = state.judge
-    [(item, prepared)] = state.check([req], None)
-    t0 = time.monotonic()
-    with state.metrics.latency.labels("/v1/grade").time():
-        g = await state.guarded_run(request, 1, lambda: judge.agrade(item, prepared))
-    return grade_out(state, req, g, t0)
+    return (await _run(state, request, [req], None, "/v1/grade", state.judge.agrade, grade_out))[0]
 
 
 @router.post("/v1/grade/batch")
 async def grade_batch(body: GradeBatchRequest, request: Request,
                       state: State) -> dict[str, list[GradeResponse]]:
-    judge = state.judge
-    checked = state.check(body.items, "items")
-    t0 = time.monotonic()
-    work = lambda: asyncio.gather(*(judge.agrade(it, rs) for it, rs in checked))  # noqa: E731
-    with state.metrics.latency.labels("/v1/grade/batch").time():
-        grades = await state.guarded_run(request, len(body.items), work)
-    return {"results": [grade_out(state, r, g, t0) for r, g in zip(body.items, grades)]}
+    return {"results": await _run(state, request, body.items, "items", "/v1/grade/batch",
+                                  state.judge.agrade, grade_out)}
 
 
 @router.post("/v1/compare", response_model=CompareResponse)
 async def compare(req: CompareRequest, request: Request, state: State):
-    judge = state.judge
-    [(item, prepared)] = state.check([req], None)
-    t0 = time.monotonic()
-    with state.metrics.latency.labels("/v1/compare").time():
-        c = await state.guarded_run(request, 1, lambda: judge.acompare(item, prepared))
-    return compare_out(state, req, c, t0)
+    return (await _run(state, request, [req], None, "/v1/compare", state.judge.acompare, compare_out))[0]
 
 
 @router.post("/v1/compare/batch")
 async def compare_batch(body: CompareBatchRequest, request: Request,
                         state: State) -> dict[str, list[CompareResponse]]:
-    judge = state.judge
-    checked = state.check(body.items, "items")
-    t0 = time.monotonic()
-    work = lambda: asyncio.gather(*(judge.acompare(it, rs) for it, rs in checked))  # noqa: E731
-    with state.metrics.latency.labels("/v1/compare/batch").time():
-        cmps = await state.guarded_run(request, len(body.items), work)
-    return {"results": [compare_out(state, r, c, t0) for r, c in zip(body.items, cmps)]}
+    return {"results": await _run(state, request, body.items, "items", "/v1/compare/batch",
+                                  state.judge.acompare, compare_out)}
