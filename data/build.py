@@ -14,6 +14,7 @@ in exactly one bucket, and the manifest proves the arithmetic:
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import operator
 import sys
@@ -28,7 +29,7 @@ from judgeforge.data.config import BuildConfig, EvalSetConfig, SourceConfig
 from judgeforge.data.decontam import NgramIndex
 from judgeforge.data.ingest import Pool, default_workers, gc_paused, process, read_span, spooled
 from judgeforge.data.parsers import PARSERS, make_context, prometheus_texts
-from judgeforge.data.readers import open_source
+from judgeforge.data.readers import Raw, open_source, open_store, resolve_path
 from judgeforge.data.records import Ref, Spool, SpoolWriter, compact
 from judgeforge.data.schema import Judgment
 from judgeforge.data.split import apply_policy, choose_test_models, seeded_fraction, split_records
@@ -83,6 +84,38 @@ def sha256_path(path: Path | None) -> str | None:
     return sha256_text(listing)
 
 
+def store_marks(since: str | None) -> dict[str, int]:
+    """Store id -> the last seq a previous build read from that store (from its manifest's inputs)."""
+    if since is None:
+        return {}
+    path = resolve_path(since)
+    if path is not None and path.is_dir():
+        path = path / "manifest.json"
+    if path is None or not path.is_file():
+        raise ConfigError(f"since: no build manifest at {since}")
+    marks: dict[str, int] = {}
+    try:
+        inputs = json.loads(path.read_text(encoding="utf-8"))["inputs"]
+        for store in (inp["store"] for inp in inputs if inp.get("store")):
+            marks[store["id"]] = max(marks.get(store["id"], 0), int(store["max_seq"]))
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ConfigError(f"since: {path} is not a build manifest ({type(e).__name__}: {e})") from None
+    if not marks:
+        log.warning("since: %s records no judgment-store input; every store is read in full", path)
+    return marks
+
+
+def open_input(src: SourceConfig, marks: dict[str, int]) -> tuple[Iterator[Raw], Path | None, dict]:
+    """(records, local file or None, what the manifest says of the input besides name, format, path)."""
+    if src.format == "store":
+        records, store = open_store(src.path, marks)
+        # A store keeps growing: what was read is pinned by its id and the seq range (rows that hold a
+        # teacher judgment never change), not by a hash of the file.
+        return records, None, {"sha256": None, "store": store}
+    records, local = open_source(src.path, src.hf_split, src.hf_config)
+    return records, local, {"sha256": sha256_path(local)}
+
+
 def read_sources(cfg: BuildConfig, spool: Spool) -> tuple[list[Kept], list[dict], dict[str, SourceCounts], list[dict]]:
     """Parse and validate every source, encoding kept lines into `spool`: (kept, rejects, counts per
     source, input descriptions)."""
@@ -102,6 +135,7 @@ def _read_sources(cfg: BuildConfig, pool: Pool, spool: Spool):
     counts: dict[str, SourceCounts] = {}
     inputs: list[dict] = []
     seen: dict[str, str] = {}
+    marks = store_marks(cfg.since)
     for si, src in enumerate(cfg.sources):
         name = src.display_name()
         if name in counts:
@@ -110,8 +144,8 @@ def _read_sources(cfg: BuildConfig, pool: Pool, spool: Spool):
         ctx = make_context(src.format, name, src.scale, src.judge_model, cfg.check_feedback_score, src.columns,
                            src.rubric_preset, src.prompt_name)
         parse = PARSERS[src.format]
-        records, local = open_source(src.path, src.hf_split, src.hf_config)
-        inputs.append({"name": name, "format": src.format, "path": src.path, "sha256": sha256_path(local),
+        records, local, described = open_input(src, marks)
+        inputs.append({"name": name, "format": src.format, "path": src.path, **described,
                        "scale": [ctx.scale.lo, ctx.scale.hi]})
         writer = None
         if pool.usable_for(local):

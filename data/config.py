@@ -13,17 +13,19 @@ from pydantic import Field, field_validator, model_validator
 
 from judgeforge.config import Config
 
-FORMATS = ("prometheus", "biggen", "fastchat", "jsonl")
+FORMATS = ("prometheus", "biggen", "fastchat", "jsonl", "store")
 FastChatPrompt = Literal["single-v1", "single-math-v1", "single-v1-multi-turn", "single-math-v1-multi-turn"]
 
 
 class SourceConfig(Config):
-    """One input: a file (JSON list, JSONL, Parquet) or a Hugging Face dataset id."""
+    """One input: a file (JSON list, JSONL, Parquet), a Hugging Face dataset id, or a judgment store
+    (`format: store`: the teacher judgments a serving replica kept, cascade/store.py)."""
 
     path: str
     """File path or HF dataset id (loaded with `datasets.load_dataset` when no such file exists)."""
-    format: Literal["prometheus", "biggen", "fastchat", "jsonl"] = "jsonl"
-    """Reader: prometheus | biggen | fastchat | jsonl (generic, see `columns`)."""
+    format: Literal["prometheus", "biggen", "fastchat", "jsonl", "store"] = "jsonl"
+    """Reader: prometheus | biggen | fastchat | jsonl (generic, see `columns`) | store (a judgment store
+    file: one record per teacher judgment, each with the scale of its request)."""
     name: str | None = None
     """Source name in records and counts (default: format:file stem)."""
     scale: tuple[int, int] | None = None
@@ -76,6 +78,8 @@ class SourceConfig(Config):
     def display_name(self) -> str:
         if self.name:
             return self.name
+        if self.format == "store":  # a fleet's stores often share a file name: name them by path
+            return "store:" + self.path.rstrip("/").removesuffix(".db").removesuffix(".sqlite")
         stem = self.path.rstrip("/").rsplit("/", 1)[-1]
         for ext in (".jsonl", ".json", ".parquet"):
             stem = stem.removesuffix(ext)
@@ -145,6 +149,10 @@ class BuildConfig(Config):
     allow_empty: bool = False
     """Write a build that keeps no records (or writes none to train/test) instead of failing: an empty
     build is almost always the wrong reader or column mapping, so it is an error unless asked for."""
+    since: str | None = None
+    """A previous build's manifest.json (or its directory): judgment-store inputs read only the rows
+    stored after what that build read from the same store (matched by the store's id), so a continual
+    round trains on the new teacher judgments only. Other inputs are read in full."""
     workers: int = 0
     """Processes that parse large JSONL inputs (>= 8 MiB) in parallel; 0: one per available core,
     1: in this process. Outputs are byte-identical whatever the number."""

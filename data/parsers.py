@@ -8,14 +8,15 @@ that every judgment read is accounted for. Pure logic, on the hot path.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
 from judgeforge.data.schema import Judgment
 from judgeforge.data.templates import Rubric, Scale, absolute_prompt, rubric_preset
 from judgeforge.data.validate import (EMPTY_FEEDBACK, EMPTY_RESPONSE, MISSING_FIELD, UNPARSEABLE_PROMPT,
-                                      UPSTREAM_PARSE_FAILURE, Reject, check_feedback_score, clean_feedback,
-                                      coerce_score, optional_text, require_text)
+                                      UNSUPPORTED_MODE, UPSTREAM_PARSE_FAILURE, Reject, check_feedback_score,
+                                      clean_feedback, coerce_score, optional_text, require_text)
 
 Parsed = list[tuple[int, "Judgment | Reject"]]
 
@@ -327,8 +328,35 @@ def parse_generic(obj: dict, ctx: Context) -> Parsed:
         return [(0, Reject(MISSING_FIELD, str(e)[:200]))]
 
 
+# --- judgment store ---------------------------------------------------------------------------
+
+def parse_store(obj: dict, ctx: Context) -> Parsed:
+    """A judgment-store row (`cascade.store.Stored.to_dict()`) -> the teacher's judgment of its request.
+    The teacher's answer was stored as it came back, so it is validated here like any other judgment."""
+    try:
+        if obj.get("mode") != "absolute":
+            raise Reject(UNSUPPORTED_MODE, f"{obj.get('mode')} judgment: training records are absolute gradings")
+        req, teacher, meta = obj["request"], obj.get("teacher") or {}, obj.get("meta") or {}
+        scale = Scale(*req["scale"])
+        # Each request carries its own scale; the source's only applies to rows that agree with it.
+        sctx = ctx if scale == ctx.scale else dataclasses.replace(ctx, scale=scale)
+        j = make_judgment(
+            sctx, instruction=require_text(req.get("instruction"), "instruction"), response=req.get("response"),
+            rubric=rubric_from(req.get("rubric")), feedback=teacher.get("feedback"), score=teacher.get("score"),
+            reference_answer=optional_text(req.get("reference_answer")),
+            response_model=str(meta.get("response_model") or "unknown"),
+            judge_model=str(teacher.get("model") or ctx.judge_model), category=optional_text(meta.get("category")),
+            extra={"store_seq": obj.get("seq"), "replica": obj.get("replica"), "escalated": obj.get("escalated"),
+                   "local_score": (obj.get("local") or {}).get("score")})
+        return [(0, j)]
+    except Reject as e:
+        return [(0, e)]
+    except (KeyError, TypeError, ValueError) as e:  # a row without a request part or a usable scale
+        return [(0, Reject(MISSING_FIELD, f"store row: {e!r}"[:200]))]
+
+
 PARSERS = {"prometheus": parse_prometheus, "biggen": parse_biggen, "fastchat": parse_fastchat,
-           "jsonl": parse_generic}
+           "jsonl": parse_generic, "store": parse_store}
 DEFAULT_SCALES = {"fastchat": Scale(1, 10)}
 DEFAULT_JUDGES = {"prometheus": "gpt-4"}
 

@@ -1,4 +1,5 @@
-"""Raw record readers: files (JSON list/dict, JSONL, Parquet) and Hugging Face datasets.
+"""Raw record readers: files (JSON list/dict, JSONL, Parquet), Hugging Face datasets, and judgment
+stores (the teacher judgments a serving replica kept, cascade/store.py).
 
 A file's format is told by its content (`sniff_format`), never its extension,
 here and in the evaluation-set loaders (eval/sets.py uses `read_objects`).
@@ -13,6 +14,7 @@ lines) is an error (`UnreadableFile`) naming the line and column where it fails.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -20,6 +22,7 @@ from typing import Any, Iterator
 from judgeforge.config import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -211,3 +214,31 @@ def open_source(path: str, hf_split: str | None = None,
     if local.is_dir():  # a local copy of a hub dataset (data files or a snapshot): the same loader
         return iter_hub(str(local), hf_split, hf_config), local
     return iter_file(local), local
+
+
+def open_store(path: str, since: dict[str, int]) -> tuple[Iterator[Raw], dict]:
+    """(the teacher judgments of a judgment store, its manifest description). Reads the rows after the
+    seq `since` holds for this store's id (0: all) up to the store's current end, which the description
+    records (`max_seq`) for the next build's `since`. `line` is the row's seq."""
+    from judgeforge.cascade.store import JudgmentStore, StoreError
+
+    local = resolve_path(path)
+    if local is None or not local.is_file():
+        raise ConfigError(f"judgment store not found: {path} (tried the current directory and {REPO_ROOT})")
+    try:
+        store = JudgmentStore(local, create=False)
+    except StoreError as e:
+        raise ConfigError(str(e)) from None
+    # Rows committed after this are left for the next build: the read ends at a seq fixed up front.
+    info = {"id": store.id, "since_seq": since.get(store.id, 0), "max_seq": store.max_seq()}
+    if info["since_seq"] > info["max_seq"]:
+        log.warning("store %s (id %s) ends at seq %d, before the since manifest's %d: restored from an older "
+                    "copy? Nothing is read from it", local, store.id, info["max_seq"], info["since_seq"])
+    return _store_rows(store, info["since_seq"], info["max_seq"]), info
+
+
+def _store_rows(store, since_seq: int, upto: int) -> Iterator[Raw]:
+    with store:
+        for row in store.iter_teacher(since_seq, upto):
+            obj = row.to_dict()
+            yield Raw(row.seq, _dumps(obj), obj)

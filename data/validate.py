@@ -13,6 +13,8 @@ from judgeforge.data.templates import RESULT_MARKER
 UNREADABLE_LINE = "unreadable_line"
 MISSING_FIELD = "missing_field"
 UNPARSEABLE_PROMPT = "unparseable_prompt"
+# A judgment the builder cannot turn into a record (a relative A/B verdict from the judgment store).
+UNSUPPORTED_MODE = "unsupported_mode"
 SCORE_OUT_OF_SCALE = "score_out_of_scale"
 NON_INTEGER_SCORE = "non_integer_score"
 UPSTREAM_PARSE_FAILURE = "upstream_parse_failure"
@@ -20,8 +22,9 @@ SCORE_FEEDBACK_MISMATCH = "score_feedback_mismatch"
 EMPTY_FEEDBACK = "empty_feedback"
 EMPTY_RESPONSE = "empty_response"
 DUPLICATE = "duplicate"
-REASONS = (UNREADABLE_LINE, MISSING_FIELD, UNPARSEABLE_PROMPT, UPSTREAM_PARSE_FAILURE, NON_INTEGER_SCORE,
-           SCORE_OUT_OF_SCALE, EMPTY_RESPONSE, EMPTY_FEEDBACK, SCORE_FEEDBACK_MISMATCH, DUPLICATE)
+REASONS = (UNREADABLE_LINE, MISSING_FIELD, UNPARSEABLE_PROMPT, UNSUPPORTED_MODE, UPSTREAM_PARSE_FAILURE,
+           NON_INTEGER_SCORE, SCORE_OUT_OF_SCALE, EMPTY_RESPONSE, EMPTY_FEEDBACK, SCORE_FEEDBACK_MISMATCH,
+           DUPLICATE)
 
 
 class Reject(Exception):
