@@ -18,6 +18,7 @@ STAGE_CONFIGS = {
     "train": "judgeforge.train.config:TrainConfig",
     "eval": "judgeforge.eval.config:EvalConfig",
     "serve": "judgeforge.serve.config:ServeConfig",
+    "cascade": "judgeforge.cascade.config:CalibrateConfig",
 }
 
 

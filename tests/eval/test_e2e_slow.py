@@ -19,12 +19,12 @@ def test_judgeforge_eval_real_engine(tmp_path, repo, vendor, default_model_dir):
 out: {tmp_path / 'report'}
 judges:
   - name: base
-    engine: {{kind: vllm, model: default, max_model_len: 4096, kv_cache_gb: 1}}
+    engine: {{kind: vllm, model: default, max_model_len: 4096, kv_cache_gb: 1, enforce_eager: true}}
 sets:
   - {{name: vicuna, kind: prometheus, path: {pv / 'vicuna_eval.json'}, max_items: 3}}
   - {{name: hhh, kind: hhh, path: {pv / 'hhh_alignment_eval.json'}, max_items: 2}}
 n_values: [1, 2]
-sampling: {{max_tokens: 48, forced_score: true}}
+sampling: {{max_tokens: 48, score_only: true}}
 bootstrap: {{n_resamples: 100}}
 """)
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
@@ -36,16 +36,17 @@ bootstrap: {{n_resamples: 100}}
         assert (out / name).is_file(), name
     preds = [json.loads(ln) for ln in (out / "predictions.jsonl").read_text().splitlines()]
     assert len(preds) == 3 + 2 * 2  # 3 items + both sides of 2 pairs
-    # Real generations: two samples per prompt, each either parsed or failed with a reason.
+    # Real generations: two samples per prompt, each written-and-parsed or saying why not, and each
+    # with its completed distribution over exactly the scale.
     for p in preds:
         assert len(p["samples"]) == 2
         for s in p["samples"]:
             assert s["n_tokens"] > 0 and (s["score"] is not None) != (s["reason"] is not None)
+            assert set(s["probs"]) == {"1", "2", "3", "4", "5"} and abs(sum(s["probs"].values()) - 1) < 1e-6
+        assert len(p["score_only_probs"]) == 5
     m = json.loads((out / "metrics.json").read_text())
     vic = m["results"]["base"]["vicuna"]
-    assert vic["n1"]["n"] == 3 and 0.0 <= vic["n1"]["parse_failure_rate"] <= 1.0
-    # The forced score is a real number for every item, whatever the model wrote.
-    assert vic["forced"]["parse_failures"] == 0
-    assert all(p["forced_logprobs"] and len(p["forced_logprobs"]) == 5 for p in preds)
+    # Every item has a score under every variant, whatever the model wrote.
+    assert vic["n1"]["n"] == 3 and all(vic[v]["parse_failures"] == 0 for v in ("n1", "n2", "expected", "score_only"))
     assert m["meta"]["timing"]["base"]["samples"] == 2 * len(preds)
     assert "| vicuna |" in (out / "report.md").read_text()

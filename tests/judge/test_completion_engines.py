@@ -65,7 +65,7 @@ def hf(default_model_dir, adapters):
 @pytest.fixture(scope="module")
 def vllm_engine(default_model_dir):
     pytest.importorskip("vllm")
-    with build_engine(EngineConfig(kind="vllm", dtype="float32")) as eng:
+    with build_engine(EngineConfig(kind="vllm", dtype="float32", enforce_eager=True)) as eng:
         yield eng
 
 

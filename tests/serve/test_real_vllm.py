@@ -31,7 +31,7 @@ BODY = {"instruction": "What is the capital of France?", "response": "Paris is t
         "rubric": "factual_validity", "reference_answer": "Paris."}
 OVERRIDES = ["sampling.max_tokens=48", "sampling.max_n=8", "sampling.max_tokens_limit=512",
              "sampling.max_resample_rounds=1", "server.max_batch=4", "server.health_poll_s=0.5",
-             "engine.max_num_seqs=64"]
+             "engine.max_num_seqs=64", "engine.enforce_eager=true"]  # no compile: tests start faster
 
 
 @pytest.fixture(scope="module")

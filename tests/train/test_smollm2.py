@@ -23,7 +23,8 @@ GRADE = textwrap.dedent("""
 
     if __name__ == "__main__":
         rec = read_jsonl(sys.argv[2])[0]
-        engine = build_engine(EngineConfig(kind="vllm", model=sys.argv[1], max_model_len=2048))
+        engine = build_engine(EngineConfig(kind="vllm", model=sys.argv[1], max_model_len=2048,
+                                            enforce_eager=True))
         try:
             judge = Judge(engine, SamplingConfig(n=2, max_tokens=96, seed=0, max_resample_rounds=0))
             grade = judge.grade([GradeItem(rec["instruction"], rec["response"], Rubric.from_dict(rec["rubric"]),
