@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from judgeforge.config import Config
 from judgeforge.judge.config import EngineConfig
@@ -91,6 +91,29 @@ class BootstrapConfig(Config):
     seed: int = 42
 
 
+class CascadeConfig(Config):
+    """The offline cascade what-if (Trust or Escalate) on mimic sets: the cached GPT-4 judgments
+    stand in for the teacher, so it costs no engine time. Defaults are loose enough to be
+    feasible on small sets (8 calibration items need all 8 to agree); tighten them on large ones."""
+
+    alpha: float = Field(0.3, gt=0, lt=1)
+    """Tolerated disagreement with the teacher on the items answered locally."""
+    delta: float = Field(0.1, gt=0, lt=1)
+    """Allowed failure probability of the guarantee."""
+    tolerance: int = Field(0, ge=0)
+    """Agreement = the local vote within this of the teacher's score (0 exact, 1 within-1)."""
+    min_n: int = Field(30, ge=1)
+    """Items needed at or above a tested threshold (capped at the calibration split's size)."""
+    calibration_share: float = Field(0.5, gt=0, lt=1)
+    """Share of the set used to calibrate in each random split; the rest tests the guarantee."""
+    n_splits: int = Field(1000, ge=1)
+    """Random calibration/test splits (simulated at once)."""
+    seed: int = 0
+    """Seed of the splits."""
+    shares: list[float] = [i / 10 for i in range(11)]
+    """Shares of items escalated to the teacher for the blended judge's correlation."""
+
+
 class EvalConfig(Config):
     """`judgeforge eval`: judges x sets -> report.md, metrics.json, plots, predictions."""
 
@@ -109,6 +132,8 @@ class EvalConfig(Config):
     length_tokenizer: str | None = None
     """Tokenizer counting response lengths (default: the first local judge's model)."""
     plots: bool = True
+    cascade: CascadeConfig = CascadeConfig()
+    """Offline what-if of a confidence-thresholded cascade on mimic sets (report section)."""
 
     @field_validator("n_values")
     @classmethod

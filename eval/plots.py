@@ -1,7 +1,8 @@
 """PNG plots of a report (matplotlib, Agg backend: no display needed).
 
 judge vs reference scatter and score confusion matrix per (judge, absolute set),
-per-category Pearson bars per absolute set, and the N ablation per set.
+per-category Pearson bars per absolute set, the N ablation per set, and the cascade what-if
+(coverage vs agreement, blended Pearson vs share escalated) per mimic set.
 Scatter points come from predictions; everything else from metrics.json.
 """
 
@@ -49,6 +50,7 @@ def write_plots(metrics: dict, preds: list[dict], out: Path) -> list[Path]:
                 written.append(_confusion(plt, rep["confusion"], out / f"confusion__{tag}.png",
                                           f"{judge} ({v}) on {s['name']}", s["reference"]))
         written.append(_categories(plt, metrics, s["name"], pv, out / f"categories__{_slug(s['name'])}.png"))
+        written.append(_cascade(plt, metrics, s["name"], out / f"cascade__{_slug(s['name'])}.png"))
     written.append(_ablation(plt, metrics, out / "n_ablation.png"))
     return [p for p in written if p is not None]
 
@@ -111,6 +113,31 @@ def _categories(plt, metrics, set_name, variant, path):
     ax.set_ylabel("Pearson with reference")
     ax.set_title(f"per category on {set_name} ({variant}; undefined shown as 0)", fontsize=8)
     ax.legend(fontsize=7)
+    return _save(plt, fig, path)
+
+
+def _cascade(plt, metrics, set_name, path):
+    """Trust or escalate what-if: coverage vs agreement, and the blended judge's Pearson."""
+    import numpy as np
+
+    by_judge = {j: res[set_name] for j, res in (metrics.get("cascade") or {}).items() if set_name in res}
+    if not by_judge:
+        return None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8))
+    for judge, r in by_judge.items():
+        cc, b = r["coverage_curve"], r["blend"]
+        left.step(cc["coverage"], cc["agreement"], where="post", marker=".",
+                  label=f"{judge} (area {cc['area']:.3f})")
+        pearson = [np.nan if p is None else p for p in b["pearson"]]
+        right.plot(b["escalated"], pearson, marker="o", label=judge)
+    left.set_xlabel("coverage (share answered locally, most confident first)")
+    left.set_ylabel("agreement with the teacher")
+    left.set_ylim(0, 1.02)
+    right.set_xlabel("share escalated to the teacher")
+    right.set_ylabel("Pearson with the reference")
+    for ax in (left, right):
+        ax.legend(fontsize=7)
+    fig.suptitle(f"cascade what-if on {set_name}", fontsize=9)
     return _save(plt, fig, path)
 
 

@@ -19,8 +19,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
+from judgeforge.cascade import whatif as W
+from judgeforge.cascade.records import from_records
 from judgeforge.data.templates import Scale
 from judgeforge.eval import metrics as M
+from judgeforge.eval.config import CascadeConfig
 from judgeforge.judge.scores import Judged, expected
 from judgeforge.judge.voting import vote_scores, vote_verdicts
 
@@ -185,13 +188,29 @@ def _comparisons(preds_by: dict, judges: list[str], baseline: str, sets: list[di
     return out
 
 
+def _cascade(by: dict, sets: list[dict], judges: list[str], n_max: int, scale_of: dict, params: dict) -> dict:
+    """Offline cascade what-if (judgeforge.cascade.whatif) for every judge on every mimic set: the
+    local vote over all N samples, its confidence, GPT-4's first cached judgment as the teacher."""
+    out: dict = {}
+    for s in _sets_of({"sets": sets}, kind="absolute", role="mimic"):
+        for judge in judges:
+            recs = by.get((judge, s["name"]), {}).get("absolute")
+            inp = from_records(recs or [], scale_of[s["name"]], k=n_max)
+            if len(inp):
+                out.setdefault(judge, {})[s["name"]] = W.simulate(inp, **params)
+    return out
+
+
 def compute_metrics(preds: list[dict], *, sets: list[dict], judges: list[str], baseline: str,
                     n_values: list[int], n_boot: int, score_only: bool = False, level: float, seed: int,
-                    meta: dict | None = None, skipped: list[dict] | None = None) -> dict:
+                    meta: dict | None = None, skipped: list[dict] | None = None,
+                    cascade: dict | None = None) -> dict:
     """All metrics of a run from its predictions (see the module doc for the record layout).
 
-    `sets` are EvalSet summaries plus `scale` [lo, hi] and optional `external_ranking`.
+    `sets` are EvalSet summaries plus `scale` [lo, hi] and optional `external_ranking`;
+    `cascade`: the what-if's parameters (eval.config.CascadeConfig fields; default: its defaults).
     """
+    cascade = CascadeConfig(**(cascade or {})).model_dump()
     boot = {"n_boot": n_boot, "seed": seed, "level": level}
     variants = variant_names(n_values, score_only)
     by = _group(preds)
@@ -218,10 +237,12 @@ def compute_metrics(preds: list[dict], *, sets: list[dict], judges: list[str], b
             samples.setdefault(judge, {})[name] = sample_stats([r for recs in modes.values() for r in recs])
     return {
         "meta": {**(meta or {}), "judges": judges, "baseline": baseline, "n_values": n_values,
-                 "variants": variants, "bootstrap": {"n_resamples": n_boot, "level": level, "seed": seed}},
+                 "variants": variants, "bootstrap": {"n_resamples": n_boot, "level": level, "seed": seed},
+                 "cascade": cascade},
         "sets": sets, "skipped": skipped or [], "reference": reference, "results": results,
         "samples": samples,
         "comparisons": _comparisons(by, judges, baseline, sets, variants, scale_of, boot),
+        "cascade": _cascade(by, sets, judges, max(n_values), scale_of, cascade),
     }
 
 
@@ -452,6 +473,61 @@ def _comparison_table(m: dict) -> list[str]:
          "significant", "n"], rows)
 
 
+def _guarantee_cells(g: dict) -> list[str]:
+    """The split simulation's columns; an infeasible set says so instead of failing."""
+    split = f"{g['n_calibration']} / {g['n_test']}"
+    if g["status"] in ("infeasible", "too_few_items"):
+        why = (f"infeasible: best bound {_f(g['best_bound'])} > α" if g["status"] == "infeasible"
+               else "too few items to split")
+        return [split, str(g["min_n"]), str(g["n_splits"]), why, "n/a", "n/a", "n/a"]
+    return [split, str(g["min_n"]), str(g["n_splits"]), _f(g["threshold_found_rate"]),
+            f"{_f(g['holds_rate'])} (target {_f(g['target'])})", _f(g["holds_rate_when_answering"]),
+            _f(g["coverage_mean"])]
+
+
+def _agreement_rule(tolerance: int) -> str:
+    return "the same score" if tolerance == 0 else f"the local vote within {tolerance} of the teacher's score"
+
+
+def _cascade_set(m: dict, name: str, by_judge: dict) -> list[str]:
+    p = m["meta"].get("cascade") or {}
+    rows = [[j, str(r["n"]), str(r["n_no_score"]), _f(r["coverage_curve"]["overall"]),
+             _f(r["coverage_curve"]["area"])] + _guarantee_cells(r["guarantee"]) for j, r in by_judge.items()]
+    shares = next(iter(by_judge.values()))["blend"]["share"]
+    blend = []
+    for j, r in by_judge.items():
+        blend.append([j, "Pearson with the reference"] + [_f(x) for x in r["blend"]["pearson"]])
+        calls = r["blend"]["teacher_calls_per_1000"]
+        blend.append([j, "teacher calls per 1,000 items"] + [_f(x, 1) for x in calls])
+    return [f"## Trust or escalate: a cascade on `{name}` (offline what-if)", "",
+            f"The local judge answers when its confidence ({_label(primary_variant(m))} vote; its own "
+            "probability of the voted score) clears a threshold and escalates the rest to the teacher, here "
+            f"the first cached GPT-4 judgment; agreement = {_agreement_rule(p.get('tolerance', 0))}. The "
+            "threshold is calibrated on a random share of the items (Clopper-Pearson bounds, fixed-sequence "
+            f"testing; α = {_f(p.get('alpha'), 2)}, δ = {_f(p.get('delta'), 2)}) and checked on the rest, "
+            "once per split. `guarantee held`: the share of splits whose answered test items agree at >= 1 − α "
+            "(nothing answered counts as held; `held when answering` leaves those out). The guarantee is "
+            "about the population: a small test split adds its own noise and can miss 1 − α by chance.",
+            ""] + _table(
+        ["judge", "items", "no local score", "agreement, all local", "area under coverage-agreement",
+         "calibration / test items", "min n", "splits", "threshold found", "guarantee held",
+         "held when answering", "mean test coverage"], rows) + [
+        "Blended judge: the least confident share escalated (items without a local score always are). "
+        "Pearson is with the mean of GPT-4's samples, which includes the teacher's own sample, so the "
+        "all-escalated column is an optimistic ceiling.", ""] + _table(
+        ["judge", "metric"] + [f"{100 * x:.0f}% escalated" for x in shares], blend)
+
+
+def _cascade_tables(m: dict) -> list[str]:
+    cas = m.get("cascade") or {}
+    lines: list[str] = []
+    for s in _sets_of(m, kind="absolute", role="mimic"):
+        by_judge = {j: res[s["name"]] for j, res in cas.items() if s["name"] in res}
+        if by_judge:
+            lines += _cascade_set(m, s["name"], by_judge)
+    return lines
+
+
 def _samples_table(m: dict) -> list[str]:
     rows = []
     for judge, by_set in m.get("samples", {}).items():
@@ -482,7 +558,8 @@ def _timing(m: dict) -> list[str]:
 
 def render_markdown(m: dict) -> str:
     """report.md from the metrics dict alone."""
-    parts = (_header(m) + _mimic_tables(m) + _forgetting_table(m) + _human_table(m) + _category_tables(m)
+    parts = (_header(m) + _mimic_tables(m) + _cascade_tables(m) + _forgetting_table(m) + _human_table(m)
+             + _category_tables(m)
              + _ablation_table(m) + _length_table(m) + _ranking_table(m) + _comparison_table(m)
              + _samples_table(m) + _timing(m))
     return "\n".join(parts).rstrip() + "\n"

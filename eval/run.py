@@ -150,7 +150,8 @@ def run_eval(cfg: EvalConfig, command: str = "") -> dict:
     metrics = compute_metrics(preds, sets=set_summaries(cfg, sets), judges=[j.name for j in cfg.judges],
                               baseline=cfg.baseline_name, n_values=cfg.n_values, score_only=cfg.sampling.score_only,
                               n_boot=cfg.bootstrap.n_resamples, level=cfg.bootstrap.level,
-                              seed=cfg.bootstrap.seed, meta=meta, skipped=skipped)
+                              seed=cfg.bootstrap.seed, meta=meta, skipped=skipped,
+                              cascade=cfg.cascade.model_dump())
     write_report(cfg.out, metrics, preds, config_text=dump_config(cfg), plots=cfg.plots)
     return metrics
 
@@ -178,12 +179,13 @@ def recompute(report_dir: str | Path, plots: bool = True) -> dict:
     old = json.loads((d / "metrics.json").read_text())
     preds = read_jsonl(d / "predictions.jsonl")
     meta, boot = old["meta"], old["meta"]["bootstrap"]
-    keep = {k: v for k, v in meta.items() if k not in ("judges", "baseline", "n_values", "variants", "bootstrap")}
+    keep = {k: v for k, v in meta.items()
+            if k not in ("judges", "baseline", "n_values", "variants", "bootstrap", "cascade")}
     metrics = compute_metrics(preds, sets=old["sets"], judges=meta["judges"], baseline=meta["baseline"],
                               n_values=meta["n_values"],
                               score_only="score_only" in meta["variants"],
                               n_boot=boot["n_resamples"], level=boot["level"], seed=boot["seed"], meta=keep,
-                              skipped=old.get("skipped"))
+                              skipped=old.get("skipped"), cascade=meta.get("cascade"))
     cfg_file = d / "config.yaml"
     write_report(d, metrics, preds, config_text=cfg_file.read_text() if cfg_file.is_file() else None,
                  plots=plots)

@@ -20,6 +20,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("eval", "compare"): "judgeforge.eval.compare:main",
     ("serve",): "judgeforge.serve.app:main",
     ("grade",): "judgeforge.serve.client:main",
+    ("cascade", "calibrate"): "judgeforge.cascade.calibrate:main",
 }
 
 USAGE = "usage: judgeforge <command> [--config FILE] [key=value ...]\n\ncommands:\n" + "\n".join(
