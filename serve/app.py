@@ -224,6 +224,7 @@ async def lifespan(app: FastAPI):
     yield
     watcher.cancel()
     await asyncio.to_thread(shared.engine.close)
+    await asyncio.to_thread(shared.grader.close)
 
 
 def openapi(app: FastAPI, cfg: ServeConfig) -> dict:
@@ -246,9 +247,10 @@ async def validation_error(request: Request, exc: RequestValidationError):
     return ErrorResponse({"detail": safe_errors(exc.errors())}, status_code=422)
 
 
-def create_app(cfg: ServeConfig, engine: JudgeEngine) -> FastAPI:
+def create_app(cfg: ServeConfig, engine: JudgeEngine, teacher_engine: JudgeEngine | None = None) -> FastAPI:
     """The app around a built engine (the app closes it at shutdown); raises NoApiKey (a
-    ConfigError) when `server.auth=key` and no non-empty key is configured.
+    ConfigError) when `server.auth=key` and no non-empty key is configured. With a `cascade:`
+    section the teacher engine is built from it unless `teacher_engine` is given.
 
     The endpoints live in `judgeforge.serve.routes`; what they share (engine,
     Judge, metrics, admission, key, liveness) in `judgeforge.serve.state`.
@@ -257,7 +259,7 @@ def create_app(cfg: ServeConfig, engine: JudgeEngine) -> FastAPI:
     # itself is served at /openapi.json behind the key.
     app = FastAPI(title="judgeforge grading API", version="1", lifespan=lifespan,
                   description=__doc__.split("\n\n", 1)[1], docs_url=None, redoc_url=None)
-    app.state.shared = shared = AppState(cfg, engine)
+    app.state.shared = shared = AppState(cfg, engine, teacher_engine)
     app.openapi = functools.partial(openapi, app, cfg)
     app.add_exception_handler(FieldError, field_error)
     app.add_exception_handler(RequestValidationError, validation_error)
@@ -276,7 +278,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from judgeforge.cli import configure_logging
     from judgeforge.config import command_parser, dump_config, load_config
+    from judgeforge.cascade.store import StoreError
+    from judgeforge.config import ConfigError
     from judgeforge.judge.engines import TemplateVersionMismatch, build_engine
+    from judgeforge.serve.cascade import load_threshold
 
     p = command_parser("judgeforge serve", "Serve the judge over HTTP (grading with self-consistency).")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
@@ -286,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                       extra={"server.host": args.host, "server.port": args.port})
     configure_logging()
     required_key(cfg)  # no key, no server: before minutes of model loading (exit 2 via the CLI)
+    if cfg.cascade is not None:
+        load_threshold(cfg.cascade)  # a bad calibration.json fails before the model loads too
     shown = cfg.server.model_copy(update={"api_key": "***" if cfg.server.api_key else None})
     log.info("resolved config:\n%s", dump_config(cfg.model_copy(update={"server": shown})))
     try:
@@ -293,7 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     except (EngineError, TemplateVersionMismatch) as e:  # bad adapter: a clear message, not a traceback
         log.error("cannot start the engine: %s", e)
         return 2
-    app = create_app(cfg, engine)
+    try:
+        app = create_app(cfg, engine)
+    except (ConfigError, StoreError) as e:  # an unusable store or teacher: say so, free the engine
+        log.error("cannot start: %s", e)
+        engine.close()
+        return 2
     uvicorn.run(app, host=cfg.server.host, port=cfg.server.port,
                 timeout_graceful_shutdown=int(cfg.server.drain_timeout_s), log_level="info")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from judgeforge.config import Config
 from judgeforge.judge.config import EngineConfig, SamplingConfig
@@ -42,7 +42,92 @@ class ServerConfig(Config):
     """How often the engine's liveness is checked (503 within about this)."""
 
 
+
+
+class TeacherConfig(Config):
+    """The teacher the cascade escalates to: an OpenAI-compatible chat endpoint, asked through the
+    judge core's `openai` engine with the same Prometheus prompt and score parsing as the local judge."""
+
+    base_url: str = "http://127.0.0.1:8001/v1"
+    """Endpoint base URL (e.g. https://api.openai.com/v1, or a `vllm serve` of a bigger judge)."""
+    model: str = "gpt-4"
+    """Model name sent to the endpoint."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the teacher endpoint's key (not ours)."""
+    max_model_len: int = 8192
+    """Context length reported for the teacher (the endpoint itself refuses longer prompts)."""
+    max_retries: int = Field(2, ge=0)
+    """SDK retries of connection errors and 5xx answers per call (with backoff) before a failure."""
+    sampling: SamplingConfig = SamplingConfig(n=1, temperature=1.0, top_p=0.9, max_tokens=1024,
+                                              max_resample_rounds=2)
+    """How the teacher samples. One sample (one paid call) per escalation; an answer without a parseable
+    `[RESULT] N` is re-asked at most `max_resample_rounds` times (not at temperature 0: a greedy
+    re-ask repeats the same text), then the item counts as a teacher failure."""
+
+    def engine(self, timeout_s: float, max_concurrency: int) -> EngineConfig:
+        """The judge core's engine config for this teacher (chat API: the endpoint renders the prompt)."""
+        return EngineConfig(kind="openai", api="chat", base_url=self.base_url, model=self.model,
+                            api_key_env=self.api_key_env, max_model_len=self.max_model_len,
+                            timeout_s=timeout_s, max_concurrency=max_concurrency, completion="off")
+
+
+class CascadeConfig(Config):
+    """Trust or escalate: answer locally when the local judge's confidence clears a threshold,
+    otherwise ask the teacher."""
+
+    calibration: str | None = None
+    """calibration.json written by `judgeforge cascade calibrate`: its certified threshold, and its
+    guarantee (alpha, delta, n) reported with every answer. Give this or `threshold`."""
+    threshold: float | None = Field(None, ge=0.0)
+    """A fixed threshold instead of a calibration: escalate when confidence < threshold (0 never
+    escalates a scored item, above 1 escalates every item)."""
+    teacher: TeacherConfig = TeacherConfig()
+    """The teacher endpoint."""
+    max_concurrency: int = Field(8, ge=1)
+    """Teacher calls in flight at once (more escalations wait for a slot)."""
+    budget_per_minute: int | None = Field(None, ge=0)
+    """Escalations allowed per rolling minute (None: unlimited); beyond it `on_teacher_failure` applies."""
+    budget_total: int | None = Field(None, ge=0)
+    """Escalations allowed over the server's lifetime (None: unlimited)."""
+    timeout_s: float = Field(60.0, gt=0)
+    """Longest wait for the teacher's judgment of one item, re-asks included."""
+    on_teacher_failure: Literal["local", "503"] = "local"
+    """Teacher error, timeout, unparseable answer or exhausted budget: "local" answers with the local
+    judgment, flagged (`teacher_error` or `budget_exhausted`); "503" refuses the request."""
+
+    @field_validator("on_teacher_failure", mode="before")
+    @classmethod
+    def _status_as_text(cls, v):
+        return str(v) if v == 503 else v  # YAML and key=value overrides read a bare 503 as a number
+
+    @model_validator(mode="after")
+    def _one_threshold(self):
+        if (self.calibration is None) == (self.threshold is None):
+            raise ValueError("set exactly one of cascade.calibration (a calibration.json) and "
+                             "cascade.threshold")
+        return self
+
+
+class StoreConfig(Config):
+    """The judgment store (cascade/store.py): every graded item, durable before its answer returns."""
+
+    path: str = "runs/store/judgments.sqlite"
+    """SQLite file of this replica's store (created if missing)."""
+    cache: bool = False
+    """Answer an identical request (same content and template; sampling options aside) from the store
+    when it was graded by the same local model and adapter (`"cached": true` in the answer)."""
+    replica: str = "local"
+    """This replica's id, recorded with every row (a fleet's stores are read together)."""
+
+
 class ServeConfig(Config):
     engine: EngineConfig = EngineConfig()
+    """The local judge's engine."""
     sampling: SamplingConfig = SamplingConfig()
+    """How the local judge samples and scores."""
     server: ServerConfig = ServerConfig()
+    """The HTTP server."""
+    cascade: CascadeConfig | None = None
+    """Escalate low-confidence items to a teacher (absent: every answer is the local judge's)."""
+    store: StoreConfig | None = None
+    """Keep every graded item in a judgment store (absent: nothing is stored)."""

@@ -186,7 +186,25 @@ def validate_limits(req: GradeRequest | CompareRequest, cfg, loc: list | None = 
                              f"{cfg.server.max_input_chars}", "string_too_long")
 
 
-class GradeResponse(BaseModel):
+class CascadeFields(BaseModel):
+    """What a cascade (`cascade:`) and a judgment store (`store:`) add to an answer; absent otherwise."""
+
+    judge: Literal["local", "teacher"] | None = Field(
+        None, description="who answered: the local judge, or the teacher it escalated to")
+    threshold: float | None = Field(None, description="escalate when confidence < threshold")
+    guarantee: dict[str, float] | None = Field(
+        None, description="calibrated threshold only: with probability >= 1 - delta over the n calibration "
+        "items, the local judge agrees with the teacher on >= 1 - alpha of the items it answers")
+    local_score: int | str | None = Field(None, description="teacher answers: the local judge's value")
+    teacher_error: str | None = Field(None, description="escalated, but the teacher gave no usable "
+                                      "judgment (error, timeout, unparseable): answered locally")
+    budget_exhausted: bool | None = Field(None, description="escalation skipped: the teacher budget is "
+                                          "spent; answered locally")
+    cached: bool | None = Field(None, description="answered from the judgment store (an identical request "
+                                "graded before by the same local judge)")
+
+
+class GradeResponse(CascadeFields):
     score: int | None = Field(description="voted score; null only when no sample has a vote (an engine "
                               "that cannot complete scores and wrote none; see reason)")
     reason: str | None = None
@@ -219,7 +237,7 @@ class GradeResponse(BaseModel):
     latency_s: float
 
 
-class CompareResponse(BaseModel):
+class CompareResponse(CascadeFields):
     winner: str | None = Field(description='"A", "B", or null (tie, inconsistent, unparseable: see reason)')
     reason: str | None = None
     votes: list[str | None]

@@ -22,6 +22,7 @@ from fastapi import Depends, HTTPException, Request
 from judgeforge.config import ConfigError
 from judgeforge.judge.engines import EngineDead, EngineError, JudgeEngine, PromptTooLong, UnknownAdapter
 from judgeforge.judge.judge import Judge
+from judgeforge.serve.cascade import Grader
 from judgeforge.serve.config import ServeConfig
 from judgeforge.serve.schemas import FieldError, validate_limits
 
@@ -95,9 +96,10 @@ def key_matches(header: bytes, key: bytes) -> bool:
 
 
 class AppState:
-    """The engine, its Judge, metrics, admission, the API key and the engine's liveness."""
+    """The engine, its Judge, metrics, admission, the API key, the engine's liveness, and the
+    cascade/store `grader`."""
 
-    def __init__(self, cfg: ServeConfig, engine: JudgeEngine):
+    def __init__(self, cfg: ServeConfig, engine: JudgeEngine, teacher_engine: JudgeEngine | None = None):
         key = required_key(cfg)  # NoApiKey: an embedder cannot get an open server by accident
         if key is None:
             log.warning("AUTH IS OFF (server.auth=none): every route is open to anyone who can "
@@ -108,6 +110,8 @@ class AppState:
         self.metrics = Metrics()
         self.admission = Admission(cfg.server.max_in_flight)
         self.alive, self.reason = engine.alive, None
+        # Cascade and store (serve/cascade.py); a pass-through when neither section is configured.
+        self.grader = Grader(engine.model_name, cfg.cascade, cfg.store, teacher_engine)
 
     # -- auth and liveness -------------------------------------------------
 

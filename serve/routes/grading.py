@@ -1,7 +1,10 @@
 """POST /v1/grade, /v1/grade/batch, /v1/compare, /v1/compare/batch (all behind the API key).
 
 Each one checks every item before admission (`AppState.check`), then runs the
-judge under `AppState.guarded_run` (429/503/504/499) and times it per route.
+judge under `AppState.guarded_run` (429/503/504/499) and times it per route. Every item goes
+through `AppState.grader` (serve/cascade.py): the store's cache, the teacher on low confidence,
+the durable store write; a pass-through without `cascade:`/`store:`. Cascade fields an answer
+does not set are left out of it (`response_model_exclude_unset`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import time
 
 from fastapi import APIRouter, Depends, Request
 
+from judgeforge.serve.cascade import Answered
 from judgeforge.serve.schemas import (CompareBatchRequest, CompareRequest, CompareResponse,
                                       GradeBatchRequest, GradeRequest, GradeResponse, rubric_name)
 from judgeforge.serve.state import AppState, State, require_key
@@ -18,57 +22,59 @@ from judgeforge.serve.state import AppState, State, require_key
 router = APIRouter(dependencies=[Depends(require_key)])
 
 
-def grade_out(state: AppState, req: GradeRequest, grade, t0: float) -> GradeResponse:
-    metrics = state.metrics
-    metrics.samples.inc(grade.n_sampled)
-    metrics.parse_failures.inc(sum(grade.failures.values()))
-    if grade.score is None:
+def grade_out(state: AppState, req: GradeRequest, ans: Answered, t0: float) -> GradeResponse:
+    metrics, out = state.metrics, {**ans.out, **ans.extras}
+    metrics.samples.inc(out.get("n_sampled", 0))
+    metrics.parse_failures.inc(sum(out.get("failures", {}).values()))
+    if out["score"] is None:
         metrics.null_scores.inc()
-    scale = req.scale or [1, 5]
-    out = grade.to_dict()
     if not req.include_samples:
         out["samples"] = None
-    return GradeResponse(**out, model=state.engine.model_name, adapter=req.adapter,
-                         rubric=rubric_name(req.rubric), scale=scale, latency_s=time.monotonic() - t0)
+    return GradeResponse(**out, model=ans.model, adapter=req.adapter,
+                         rubric=rubric_name(req.rubric), scale=req.scale or [1, 5],
+                         latency_s=time.monotonic() - t0)
 
 
-def compare_out(state: AppState, req: CompareRequest, cmp, t0: float) -> CompareResponse:
-    out = cmp.to_dict()
+def compare_out(state: AppState, req: CompareRequest, ans: Answered, t0: float) -> CompareResponse:
+    out = {**ans.out, **ans.extras}
     if not req.include_samples:
         out["samples"] = None
-    return CompareResponse(**out, model=state.engine.model_name, adapter=req.adapter,
+    return CompareResponse(**out, model=ans.model, adapter=req.adapter,
                            latency_s=time.monotonic() - t0)
 
 
 async def _run(state: AppState, request: Request, reqs: list, loc: str | None, route: str,
                judge_fn, out_fn) -> list:
-    """Check every request (before admission), run them under admission, shape the answers."""
+    """Check every request (before admission), run them under admission (through the cascade and
+    store when configured), shape the answers."""
     checked = state.check(reqs, loc)
     t0 = time.monotonic()
-    work = lambda: asyncio.gather(*(judge_fn(it, rs) for it, rs in checked))  # noqa: E731
+    grader = state.grader
+    work = lambda: asyncio.gather(*(grader.answer(it, rs, judge_fn, r.adapter)  # noqa: E731
+                                    for (it, rs), r in zip(checked, reqs)))
     with state.metrics.latency.labels(route).time():
         results = await state.guarded_run(request, len(checked), work)
     return [out_fn(state, r, res, t0) for r, res in zip(reqs, results)]
 
 
-@router.post("/v1/grade", response_model=GradeResponse)
+@router.post("/v1/grade", response_model=GradeResponse, response_model_exclude_unset=True)
 async def grade(req: GradeRequest, request: Request, state: State):
     return (await _run(state, request, [req], None, "/v1/grade", state.judge.agrade, grade_out))[0]
 
 
-@router.post("/v1/grade/batch")
+@router.post("/v1/grade/batch", response_model_exclude_unset=True)
 async def grade_batch(body: GradeBatchRequest, request: Request,
                       state: State) -> dict[str, list[GradeResponse]]:
     return {"results": await _run(state, request, body.items, "items", "/v1/grade/batch",
                                   state.judge.agrade, grade_out)}
 
 
-@router.post("/v1/compare", response_model=CompareResponse)
+@router.post("/v1/compare", response_model=CompareResponse, response_model_exclude_unset=True)
 async def compare(req: CompareRequest, request: Request, state: State):
     return (await _run(state, request, [req], None, "/v1/compare", state.judge.acompare, compare_out))[0]
 
 
-@router.post("/v1/compare/batch")
+@router.post("/v1/compare/batch", response_model_exclude_unset=True)
 async def compare_batch(body: CompareBatchRequest, request: Request,
                         state: State) -> dict[str, list[CompareResponse]]:
     return {"results": await _run(state, request, body.items, "items", "/v1/compare/batch",
