@@ -24,10 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _requests(n_prompts: int, n: int, max_tokens: int):
     from judgeforge.eval.sets import load_prometheus_absolute, subset
-    from judgeforge.serve.engines import SampleRequest
+    from judgeforge.judge.engines import SampleRequest
 
     items, _ = load_prometheus_absolute(str(ROOT / "data/vendor/prometheus-eval/vicuna_eval.json"), "vicuna")
-    return [SampleRequest(messages=it.messages(), n=n, max_tokens=max_tokens, temperature=1.0, top_p=0.9)
+    # choices: the item's scale; complete=True (the default): every sample's score is completed
+    # with `[RESULT] `, as `judgeforge eval` grades.
+    return [SampleRequest(messages=it.messages(), n=n, max_tokens=max_tokens, temperature=1.0, top_p=0.9,
+                          choices=it.choices, complete=True)
             for it in subset(items, n_prompts, seed=0)]
 
 
@@ -38,8 +41,8 @@ def _timed(fn):
 
 
 def run(n_prompts: int, n: int, max_tokens: int) -> dict:
-    from judgeforge.serve.config import EngineConfig
-    from judgeforge.serve.engines import build_engine
+    from judgeforge.judge.config import EngineConfig
+    from judgeforge.judge.engines import build_engine
 
     reqs = _requests(n_prompts, n, max_tokens)
     load0 = os.getloadavg()[0]
@@ -47,7 +50,7 @@ def run(n_prompts: int, n: int, max_tokens: int) -> dict:
     cfg = EngineConfig(kind="vllm", model="default", max_model_len=4096, kv_cache_gb=1,
                        enable_prefix_caching=False)
     with build_engine(cfg) as eng:
-        prompt_tokens = sum(len(eng.prompt_ids(r.messages)) for r in reqs)
+        prompt_tokens = sum(eng.count_tokens(r.messages) for r in reqs)
         eng.generate(reqs[:1])  # warm-up (first-call compilation and allocation)
         batch, t_batch = _timed(lambda: eng.generate(reqs))
         single, t_single = _timed(lambda: [eng.generate([r])[0] for r in reqs])

