@@ -88,6 +88,12 @@ def measure(a) -> dict:
     items = C.mt_bench_items(a.prompts)
     warm = C.mt_bench_items(2, skip=a.prompts)  # warm-ups never touch measured prompts
     cfg = EngineConfig(kind="vllm", model="default", kv_cache_gb=a.kv_cache_gb)
+    if a.block_size:  # not an EngineConfig option: patched into vLLM's engine arguments for this experiment
+        import vllm.engine.arg_utils as arg_utils
+
+        base = arg_utils.AsyncEngineArgs
+        arg_utils.AsyncEngineArgs = type("AsyncEngineArgs", (base,), {
+            "__init__": lambda self, **kw: base.__init__(self, **{**kw, "block_size": a.block_size})})
     out = {"load_start": C.loadavg(), "date": C.now(), "runs": {}}
     with build_engine(cfg) as eng:
         out["prompt_tokens"] = sum(eng.count_tokens(it.messages()) for it in items)
@@ -196,6 +202,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=None,
                     help="seed of the first prompt (prompt i: seed + i); default none: " + NOTE)
     ap.add_argument("--kv-cache-gb", type=int, default=2)
+    ap.add_argument("--block-size", type=int, default=None,
+                    help="experiment: vLLM KV block size (not an EngineConfig option; default vLLM's, 128 on CPU)")
     ap.add_argument("--write-results", action="store_true", help=f"replace `## {TITLE}` in bench/RESULTS.md")
     a = ap.parse_args(argv)
     a.ns = [int(x) for x in a.ns.split(",")]

@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--n", type=int, default=3)
     p.add_argument("--max-tokens", type=int, default=96)
-    p.add_argument("--write", action="store_true", help="replace the ## eval section of bench/RESULTS.md")
+    p.add_argument("--write", "--write-results", action="store_true",
+                   help="replace the ## eval section of bench/RESULTS.md")
     args = p.parse_args(argv)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     r = run(args.prompts, args.n, args.max_tokens)

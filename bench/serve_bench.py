@@ -285,7 +285,8 @@ def main(argv=None) -> int:
     ap.add_argument("--lora-rank", type=int, default=16)
     ap.add_argument("--hf-threads", type=int, default=None, help="torch threads for transformers")
     ap.add_argument("--hf-batch", type=int, default=8)
-    ap.add_argument("--write", action="store_true", help="replace the `## serve` section of bench/RESULTS.md")
+    ap.add_argument("--write", "--write-results", action="store_true",
+                    help="replace the `## serve` section of bench/RESULTS.md")
     ap.add_argument("--json", help="also dump raw timings here")
     a = ap.parse_args(argv)
     parts = set(a.parts.split(",")) | ({"lora"} if a.lora else set())
