@@ -30,15 +30,13 @@ def shim(previous: str, root: Path) -> tuple[Path, Path]:
     tree = root / "tree"
     if not tree.exists():
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "-f", str(tree), previous], check=True)
-    pkg = root / "pkg" / "judgeforge"
-    pkg.mkdir(parents=True, exist_ok=True)
-    for f in (tree / "judgeforge").iterdir():
-        if not (pkg / f.name).exists():
-            (pkg / f.name).symlink_to(f)
+    # `python -m` puts the working directory (the old checkout) first on sys.path, so its
+    # `judgeforge/` must hold the stage packages too, or they would come from this venv's install.
+    pkg = tree / "judgeforge"
     for stage in STAGES:
         if (tree / stage).is_dir() and not (pkg / stage).exists():
             (pkg / stage).symlink_to(tree / stage, target_is_directory=True)
-    return tree, root / "pkg"
+    return tree, tree
 
 
 def run(cwd: Path, pythonpath: str | None, out: str) -> dict:
