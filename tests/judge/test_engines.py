@@ -9,8 +9,8 @@ import math
 import httpx
 import pytest
 
-from judgeforge.data.templates import TEMPLATE_VERSION, Scale, absolute_messages, rubric_preset
-from judgeforge.serve.config import EngineConfig, SamplingConfig
+from judgeforge.data.templates import TEMPLATE_VERSION, absolute_messages, rubric_preset
+from judgeforge.judge.config import EngineConfig, SamplingConfig
 from judgeforge.judge.engines import (EngineDead, EngineError, EngineTimeout, InvalidRequest,
                                       PromptTooLong, SampleRequest, TemplateVersionMismatch,
                                       UnknownAdapter, check_adapters, load_tokenizer,

