@@ -9,8 +9,8 @@ from pydantic import Field, field_validator, model_validator
 from judgeforge.config import Config
 from judgeforge.judge.config import EngineConfig
 
-SET_KINDS = ("heldout", "prometheus", "hhh", "mt_bench_human", "autoj", "flask", "feedback_bench")
-PAIRWISE_KINDS = ("hhh", "mt_bench_human", "autoj")
+SET_KINDS = ("heldout", "prometheus", "hhh", "mt_bench_human", "autoj", "flask", "feedback_bench", "pandalm")
+PAIRWISE_KINDS = ("hhh", "mt_bench_human", "autoj", "pandalm")
 
 
 class JudgeConfig(Config):
@@ -31,10 +31,10 @@ class SetConfig(Config):
 
     name: str
     """Label in tables (unique)."""
-    kind: Literal["heldout", "prometheus", "hhh", "mt_bench_human", "autoj", "flask", "feedback_bench"]
+    kind: Literal["heldout", "prometheus", "hhh", "mt_bench_human", "autoj", "flask", "feedback_bench", "pandalm"]
     """heldout: a data build's test split (GPT-4 reference); prometheus/flask/feedback_bench: absolute
     sets with GPT-4 scores in the Prometheus benchmark (or Feedback Collection) layout; hhh,
-    mt_bench_human, autoj: human pairwise preferences."""
+    mt_bench_human, autoj, pandalm: human pairwise preferences."""
     path: str
     """File, data-build directory (heldout) or Hugging Face dataset id."""
     role: Literal["mimic", "forgetting", "human"] | None = None

@@ -24,6 +24,7 @@ from judgeforge.cascade.records import from_records
 from judgeforge.data.templates import Scale
 from judgeforge.eval import metrics as M
 from judgeforge.eval.config import CascadeConfig
+from judgeforge.eval.sets import PUBLISHED
 from judgeforge.judge.scores import Judged, expected
 from judgeforge.judge.voting import vote_scores, vote_verdicts
 
@@ -243,7 +244,15 @@ def compute_metrics(preds: list[dict], *, sets: list[dict], judges: list[str], b
         "samples": samples,
         "comparisons": _comparisons(by, judges, baseline, sets, variants, scale_of, boot),
         "cascade": _cascade(by, sets, judges, max(n_values), scale_of, cascade),
+        "published": published_figures(sets),
     }
+
+
+def published_figures(sets: list[dict]) -> dict:
+    """Set name -> the papers' reference figures for its kind (eval.sets.PUBLISHED), so the report can
+    show them beside ours and still take every number it prints from metrics.json."""
+    return {s["name"]: PUBLISHED[s["set_kind"]] for s in sets
+            if s.get("kind") == "pairwise" and s.get("set_kind") in PUBLISHED}
 
 
 # ---------------------------------------------------------------- markdown (from metrics.json only)
@@ -399,7 +408,16 @@ def _human_table(m: dict) -> list[str]:
             "absolute: both responses graded, the higher score wins; a judge tie or an unparsed side is a "
             "miss in `accuracy`, left out of `decided`. Human ties are reported apart.", ""] + _table(
         ["set", "judge", "mode", "variant", "accuracy [95% CI]", "decided", "judge ties", "no score",
-         "human ties", "decisive pairs"], rows)
+         "human ties", "decisive pairs"], rows) + _published_lines(m)
+
+
+def _published_lines(m: dict) -> list[str]:
+    """The papers' figures (not rerun here; their own judges and protocol), one line per set."""
+    pub = m.get("published") or {}
+    if not pub:
+        return []
+    return ["", "published (paper figures, ties included, not rerun here): " + "; ".join(
+        f"{name}: " + ", ".join(f"{j} {_f(v)}" for j, v in figs.items()) for name, figs in pub.items())]
 
 
 def _ablation_table(m: dict) -> list[str]:

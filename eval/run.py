@@ -60,6 +60,9 @@ def load_set(sc: SetConfig, seed: int) -> S.EvalSet:
     elif sc.kind == "mt_bench_human":
         preset = sc.rubric_preset
         items, n = S.load_mt_bench_human(sc.path, preset=preset, split=sc.split or "human")
+    elif sc.kind == "pandalm":
+        preset = sc.rubric_preset
+        items, n = S.load_pandalm(sc.path, preset=preset)
     else:
         preset = sc.rubric_preset
         items, n = S.load_autoj(sc.path, preset=preset)
@@ -121,7 +124,7 @@ def set_summaries(cfg: EvalConfig, sets: list[S.EvalSet]) -> list[dict]:
     for s in sets:
         sc = by_name[s.name]
         scale = s.items[0].scale
-        out.append({**s.summary(), "role": sc.role, "scale": [scale.lo, scale.hi],
+        out.append({**s.summary(), "role": sc.role, "set_kind": sc.kind, "scale": [scale.lo, scale.hi],
                     "modes": sc.modes if s.kind == "pairwise" else ["absolute"],
                     "external_ranking": sc.external_ranking})
     return out

@@ -125,6 +125,7 @@ LAYOUTS = {
     "hhh": ("chosen_instruction", "rejected_instruction"),
     "mt_bench_human": ("question_id", "model_a", "model_b", "winner", "conversation_a", "conversation_b", "turn"),
     "autoj": ("label", "prompt", "response 1", "response 2"),
+    "pandalm": ("instruction", "response1", "response2", "annotator1", "annotator2", "annotator3"),
     "heldout": ("item_id", "instruction", "response", "rubric", "scale", "score"),
 }
 
@@ -347,3 +348,42 @@ def load_autoj(path: str, *, preset: str = "helpfulness") -> tuple[list[PairItem
                               response_b=r["response 2"], human=_AUTOJ_LABEL[label], rubric=rubric,
                               category=r.get("scenario")))
     return items, len(recs)
+
+
+_PANDALM_LABEL = {0: "tie", 1: "a", 2: "b"}
+
+
+def pandalm_majority(labels: list[int]) -> str:
+    """The annotators' majority ('a', 'b', 'tie'); three different labels (a 3-way split) count as a tie."""
+    top, votes = max(((lab, labels.count(lab)) for lab in set(labels)), key=lambda lv: lv[1])
+    return _PANDALM_LABEL[top] if votes * 2 > len(labels) else "tie"
+
+
+def load_pandalm(path: str, *, preset: str = "helpfulness") -> tuple[list[PairItem], int]:
+    """PandaLM test set (`testset-v1.json` layout): instruction, input, response1, response2 and three
+    human annotators (0: tie, 1: response1 better, 2: response2). Reference = the annotators' majority.
+    A non-empty `input` is appended to the instruction, as PandaLM's own prompt does."""
+    recs = read_numbered(path)
+    rubric = rubric_preset(preset)
+    items = []
+    for n, (place, r) in enumerate(recs):
+        require(r, "pandalm", path, place)
+        with reading(path, place, "pandalm", r):
+            labels = [int(r[f"annotator{k}"]) for k in (1, 2, 3)]
+        if any(lab not in _PANDALM_LABEL for lab in labels):
+            raise layout_error(path, place, "pandalm", f"annotator labels must be 0, 1 or 2, got {labels}", r)
+        instruction = r["instruction"] + (f"\n\n{r['input']}" if (r.get("input") or "").strip() else "")
+        items.append(PairItem(id=f"pandalm:{r.get('idx', n)}", instruction=instruction,
+                              response_a=r["response1"], response_b=r["response2"],
+                              human=pandalm_majority(labels), rubric=rubric,
+                              category=r.get("motivation_app")))
+    return items, len(recs)
+
+
+# Reference figures from the papers, shown beside our accuracy as "published" (not recomputed here).
+# PandaLM (Wang et al. 2023, Table 2): accuracy vs. the human majority on the PandaLM test set.
+# Auto-J (Li et al. 2023, Table 2): agreement (%) on the Auto-J pairwise test set, ties included.
+PUBLISHED: dict[str, dict[str, float]] = {
+    "pandalm": {"PandaLM-7B": 0.668, "GPT-3.5": 0.711},
+    "autoj": {"GPT-4": 0.6228, "Auto-J-13B": 0.5496},
+}
