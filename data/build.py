@@ -32,7 +32,7 @@ from judgeforge.data.parsers import PARSERS, make_context, prometheus_texts
 from judgeforge.data.readers import Raw, open_source, open_store, resolve_path
 from judgeforge.data.records import Ref, Spool, SpoolWriter, compact
 from judgeforge.data.schema import Judgment
-from judgeforge.data.split import apply_policy, choose_test_models, seeded_fraction, split_records
+from judgeforge.data.split import models_of, apply_policy, choose_test_models, seeded_fraction, split_records
 from judgeforge.data.templates import TEMPLATE_VERSION, Rubric
 from judgeforge.data.validate import DUPLICATE, REASONS, Reject
 from judgeforge.io import atomic_dir, atomic_write_json, dumps_record, sha256_file, sha256_text
@@ -142,7 +142,7 @@ def _read_sources(cfg: BuildConfig, pool: Pool, spool: Spool):
             raise ConfigError(f"two sources are named {name!r}; give them distinct `name`s")
         c = counts[name] = SourceCounts()
         ctx = make_context(src.format, name, src.scale, src.judge_model, cfg.check_feedback_score, src.columns,
-                           src.rubric_preset, src.prompt_name)
+                           src.rubric_preset, src.prompt_name, src.swap, src.pair_inconsistent)
         parse = PARSERS[src.format]
         records, local, described = open_input(src, marks)
         inputs.append({"name": name, "format": src.format, "path": src.path, **described,
@@ -233,6 +233,13 @@ def _own_levels(rubric_keys: list[str]) -> set[int] | None:
     return levels if list(Rubric("", dict.fromkeys(levels, "")).to_dict()) == rubric_keys else None
 
 
+def _pair_line(j, rubric_keys: list[str], extra_keys: list[str]) -> bytes:
+    rec = j.to_sft()
+    rec["rubric"] = {key: rec["rubric"].get(key) for key in rubric_keys}
+    rec["extra"] = {key: j.extra.get(key) for key in extra_keys}
+    return (dumps_record(rec) + "\n").encode("utf-8")
+
+
 def encode_lines(records: list[Kept], spool: Spool, rubric_keys: list[str], extra_keys: list[str]) -> Iterator[bytes]:
     """Output lines, as pieces of UTF-8. Every line gets the same `rubric` and `extra` keys (None where
     absent) so that Arrow infers one schema for datasets.load_dataset("json"); Rubric.from_dict ignores
@@ -241,6 +248,9 @@ def encode_lines(records: list[Kept], spool: Spool, rubric_keys: list[str], extr
     rubrics: dict[int, bytes] = {}
     extras: dict[tuple, bytes] = {}
     for k in records:
+        if k.ref is None:  # a pairwise judgment: encoded here (data.pairwise), with the build's keys
+            yield _pair_line(k.j, rubric_keys, extra_keys)
+            continue
         rubric = None  # the spooled encoding: its keys are the build's keys already
         if levels is None or k.j.rubric.descriptions.keys() != levels:
             rubric = rubrics.get(id(k.j.rubric))
@@ -261,7 +271,7 @@ def encode_lines(records: list[Kept], spool: Spool, rubric_keys: list[str], extr
 
 
 def _models(records: list[Kept]) -> list[str]:
-    return sorted({k.j.response_model for k in records})
+    return sorted({m for k in records for m in models_of(k.j)})
 
 
 def run_build(cfg: BuildConfig, out: str | Path | None = None) -> dict:

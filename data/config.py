@@ -23,7 +23,7 @@ class SourceConfig(Config):
 
     path: str
     """File path or HF dataset id (loaded with `datasets.load_dataset` when no such file exists)."""
-    format: Literal["prometheus", "biggen", "fastchat", "jsonl", "store"] = "jsonl"
+    format: Literal["prometheus", "biggen", "fastchat", "jsonl", "store", "alpaca_eval"] = "jsonl"
     """Reader: prometheus | biggen | fastchat | jsonl (generic, see `columns`) | store (a judgment store
     file: one record per teacher judgment, each with the scale of its request)."""
     name: str | None = None
@@ -39,13 +39,23 @@ class SourceConfig(Config):
     columns: dict[str, str] = {}
     """jsonl only: canonical field -> column name. Fields: instruction, response, score, feedback
     (required), reference_answer, system_prompt, rubric (dict or criteria string), criteria,
-    response_model, judge_model, category, item_id, sample_idx."""
+    response_model, judge_model, category, item_id, sample_idx. Pairwise (relative grading) when it maps
+    `response_a`: instruction, response_a, response_b, verdict (A|B|tie, 1|2) required; feedback,
+    reference_answer, criteria, response_model_a, response_model_b, judge_model, category optional."""
     rubric_preset: str | None = None
-    """jsonl only: a named rubric (data.templates.RUBRIC_PRESETS) for records without one."""
+    """jsonl, alpaca_eval: a named rubric (data.templates.RUBRIC_PRESETS) for records without one (pairwise
+    default: helpfulness)."""
     prompt_name: FastChatPrompt | None = None
     """fastchat only: the FastChat judge prompt the logs were graded with (single-v1, single-math-v1 and their
     -multi-turn variants). Default: each record's `judge[1]`, else inferred from its prompt's section markers
     (logs derived from FastChat, e.g. arena-hard, have no `judge` field)."""
+    swap: bool = False
+    """Pairwise sources (alpaca_eval, jsonl with response_a/response_b columns): also train on every pair in
+    the other order, verdict flipped and the rationale's A/B labels exchanged. FastChat pair logs hold both
+    orders already."""
+    pair_inconsistent: Literal["reject", "keep_first", "keep"] = "reject"
+    """FastChat pair logs whose two game orders pick different winners: reject both games (reason
+    pair_inconsistent), keep_first (game 1; game 2 rejected) or keep both."""
 
     @field_validator("scale")
     @classmethod
@@ -57,7 +67,9 @@ class SourceConfig(Config):
     @model_validator(mode="after")
     def _columns_ok(self):
         if self.format == "jsonl":
-            missing = {"instruction", "response", "score", "feedback"} - set(self.columns)
+            need = ({"instruction", "response_a", "response_b", "verdict"} if "response_a" in self.columns
+                    else {"instruction", "response", "score", "feedback"})
+            missing = need - set(self.columns)
             if missing:
                 raise ValueError(f"jsonl source {self.path!r} needs columns for {sorted(missing)}")
         if self.prompt_name and self.format != "fastchat":

@@ -21,6 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
+from judgeforge.data.pairwise import PairJudgment
 from judgeforge.data.parsers import PARSERS, Context
 from judgeforge.data.readers import Raw, line_raw, sniff_format
 from judgeforge.data.records import ItemCache, Parts, Ref, Spool, SpoolWriter, encode
@@ -46,6 +47,10 @@ def process(raw: Raw, parse, ctx: Context) -> list[Entry]:
         if isinstance(res, Reject):
             res.__traceback__ = None  # no frame cycles to keep alive while the GC is paused
             out.append((sample_idx, res, None, None))
+            continue
+        if isinstance(res, PairJudgment):  # few and small: encoded by the writer, not spooled
+            res.item_id = res.item_id or res.item_hash()[:16]
+            out.append((sample_idx, res, res.content_hash(), None))
             continue
         if cache is None or not cache.matches(res):
             cache = ItemCache(res)

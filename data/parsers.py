@@ -12,6 +12,8 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
+from judgeforge.data.pairwise import (is_fastchat_pair, parse_alpaca_eval, parse_fastchat_pair,
+                                      parse_generic_pair)
 from judgeforge.data.schema import Judgment
 from judgeforge.data.templates import Rubric, Scale, absolute_prompt, rubric_preset
 from judgeforge.data.validate import (EMPTY_FEEDBACK, EMPTY_RESPONSE, MISSING_FIELD, UNPARSEABLE_PROMPT,
@@ -33,6 +35,10 @@ class Context:
     rubric: Rubric | None = None
     prompt_name: str | None = None
     """fastchat: the configured judge prompt name (None: each record's own, else inferred)."""
+    swap: bool = False
+    """Pairwise: also emit every judgment in the other order (data.pairwise.with_swaps)."""
+    pair_inconsistent: str = "reject"
+    """FastChat pair logs whose two game orders disagree: reject | keep_first | keep."""
 
 
 def make_judgment(ctx: Context, *, instruction: str, response: str, rubric: Rubric, feedback,
@@ -276,6 +282,8 @@ def _fastchat_judge(obj: dict, ctx: Context) -> tuple[str, str | None]:
 
 
 def parse_fastchat(obj: dict, ctx: Context) -> Parsed:
+    if is_fastchat_pair(obj):
+        return parse_fastchat_pair(obj, ctx)
     try:
         judge_model, name = _fastchat_judge(obj, ctx)
         if obj.get("score") == -1:  # FastChat's marker for "could not parse GPT-4's rating"
@@ -300,6 +308,8 @@ def parse_fastchat(obj: dict, ctx: Context) -> Parsed:
 
 def parse_generic(obj: dict, ctx: Context) -> Parsed:
     col = ctx.columns
+    if "response_a" in col:  # a pairwise column mapping
+        return parse_generic_pair(obj, ctx)
 
     def get(name):
         return obj.get(col[name]) if name in col else None
@@ -356,14 +366,15 @@ def parse_store(obj: dict, ctx: Context) -> Parsed:
 
 
 PARSERS = {"prometheus": parse_prometheus, "biggen": parse_biggen, "fastchat": parse_fastchat,
-           "jsonl": parse_generic, "store": parse_store}
+           "jsonl": parse_generic, "store": parse_store, "alpaca_eval": parse_alpaca_eval}
 DEFAULT_SCALES = {"fastchat": Scale(1, 10)}
 DEFAULT_JUDGES = {"prometheus": "gpt-4"}
 
 
 def make_context(fmt: str, source: str, scale=None, judge_model=None, check_feedback=True, columns=None,
-                 preset: str | None = None, prompt_name: str | None = None) -> Context:
+                 preset: str | None = None, prompt_name: str | None = None, swap: bool = False,
+                 pair_inconsistent: str = "reject") -> Context:
     return Context(source=source, scale=Scale(*scale) if scale else DEFAULT_SCALES.get(fmt, Scale()),
                    judge_model=judge_model or DEFAULT_JUDGES.get(fmt, "unknown"), check_feedback=check_feedback,
                    columns=dict(columns or {}), rubric=rubric_preset(preset) if preset else None,
-                   prompt_name=prompt_name)
+                   prompt_name=prompt_name, swap=swap, pair_inconsistent=pair_inconsistent)

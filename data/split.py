@@ -22,9 +22,12 @@ def apply_policy(records: list[Judgment], policy: str) -> tuple[list[Judgment], 
     if policy == "all":
         return list(records), []
     groups: dict[str, list[Judgment]] = defaultdict(list)
-    for j in records:
-        groups[j.item_id].append(j)
     keep: set[int] = set()
+    for j in records:
+        if hasattr(j, "verdict"):  # pairwise: the score policies do not apply, every judgment is kept
+            keep.add(id(j))
+        else:
+            groups[j.item_id].append(j)
     for samples in groups.values():
         scores = [j.score for j in samples]
         if policy == "majority":
@@ -55,15 +58,29 @@ def choose_test_models(models: list[str], explicit: list[str], fraction: float, 
     return sorted(random.Random(seed).sample(pool, k)) if k > 0 else []
 
 
+def models_of(j) -> tuple[str, ...]:
+    """The response models a record shows: one for an absolute judgment, two for a pair."""
+    return j.models if hasattr(j, "models") else (j.response_model,)
+
+
 def split_records(records: list[Judgment], test_models: list[str], instruction_fraction: float, seed: int):
     """(train, test, dropped): test = held-out models; with an instruction fraction, train keeps only
-    non-held-out instructions and train-model records on held-out instructions are dropped."""
+    non-held-out instructions and train-model records on held-out instructions are dropped.
+
+    A pair goes to test only when both its models are held out; a pair of a held-out and a train model
+    is dropped, so neither split shows a model of the other (train never sees a held-out model's
+    response, and test never re-uses a train model's response to the same instruction)."""
     held = set(test_models)
     train, test, dropped = [], [], []
     memo: dict[str, bool] = {}
     for j in records:
-        if j.response_model in held:
+        shown = models_of(j)
+        n_held = sum(m in held for m in shown)
+        if n_held == len(shown):
             test.append(j)
+            continue
+        if n_held:
+            dropped.append(j)
             continue
         if instruction_fraction > 0:
             out = memo.get(j.instruction)

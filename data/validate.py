@@ -22,9 +22,12 @@ SCORE_FEEDBACK_MISMATCH = "score_feedback_mismatch"
 EMPTY_FEEDBACK = "empty_feedback"
 EMPTY_RESPONSE = "empty_response"
 DUPLICATE = "duplicate"
+# Pairwise: a tie is no relative-grading target; a FastChat pair whose two orders disagree.
+TIE = "tie"
+PAIR_INCONSISTENT = "pair_inconsistent"
 REASONS = (UNREADABLE_LINE, MISSING_FIELD, UNPARSEABLE_PROMPT, UNSUPPORTED_MODE, UPSTREAM_PARSE_FAILURE,
            NON_INTEGER_SCORE, SCORE_OUT_OF_SCALE, EMPTY_RESPONSE, EMPTY_FEEDBACK, SCORE_FEEDBACK_MISMATCH,
-           DUPLICATE)
+           TIE, PAIR_INCONSISTENT, DUPLICATE)
 
 
 class Reject(Exception):

@@ -85,3 +85,16 @@ def test_messages_and_target():
 def test_unknown_preset():
     with pytest.raises(KeyError, match="helpfulness"):
         T.rubric_preset("nope")
+
+
+def test_relative_records_fill_the_released_template(released):
+    """A pairwise SFT record's prompt is the released RELATIVE_PROMPT(_WO_REF) with its fields filled in."""
+    from judgeforge.data.pairwise import PairJudgment
+
+    fields = {"instruction": "Q?", "response_A": "one", "response_B": "two", "rubric": "Helpful?"}
+    for ref, key in ((None, "RELATIVE_PROMPT_WO_REF"), ("ref.", "RELATIVE_PROMPT")):
+        j = PairJudgment("Q?", "one", "two", T.Rubric("Helpful?"), "B says more.", "B", reference_answer=ref)
+        msgs = j.messages()
+        assert msgs[0]["content"] == released["REL_SYSTEM_PROMPT"]
+        assert msgs[1]["content"] == released[key].format(**fields, reference_answer=ref)
+        assert msgs[2]["content"] == "B says more. [RESULT] B"

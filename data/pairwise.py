@@ -1,0 +1,291 @@
+"""Pairwise (relative-grading) judgments: readers and the record they produce.
+
+A `PairJudgment` is one judge's choice between two responses to one instruction, in one order
+(A, B). Its SFT record holds the released Prometheus-2 relative prompt (data.templates) and the
+target `feedback [RESULT] A|B`. Relative grading has only A and B, so a tie is no target: tied
+judgments are rejected with reason `tie`. A judgment without a rationale gets the target
+`[RESULT] A` alone and `verdict_only: true` in its record.
+
+Readers (each returns `(sample_idx, PairJudgment | Reject)` entries, like data.parsers):
+- FastChat pair logs (MT-Bench `gpt-4_pair.jsonl`): one line holds two games, g1 (model_1 as A) and
+  g2 (the swapped order); both become judgments. When their winners disagree the pair is handled by
+  `pair_inconsistent`: reject (both games, reason `pair_inconsistent`), keep_first (g1 only) or keep.
+- AlpacaEval annotations (`alpaca_eval`): instruction, output_1, output_2, preference.
+- the generic jsonl reader with pairwise `columns` (instruction, response_a, response_b, verdict).
+Swap augmentation (`swap`) adds every judgment again in the other order with the verdict flipped
+and the A/B labels in its rationale exchanged (FastChat logs hold both orders already: not swapped).
+
+Pure logic: no torch, no vLLM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field, replace
+
+from judgeforge.data.templates import TEMPLATE_VERSION, RESULT_MARKER, Rubric, relative_messages, rubric_preset
+from judgeforge.data.validate import (EMPTY_RESPONSE, MISSING_FIELD, PAIR_INCONSISTENT, SCORE_FEEDBACK_MISMATCH, TIE,
+                                      UNPARSEABLE_PROMPT, UPSTREAM_PARSE_FAILURE, Reject, optional_text,
+                                      require_text)
+
+PAIR_INCONSISTENT_POLICIES = ("reject", "keep_first", "keep")
+
+
+@dataclass(slots=True)
+class PairJudgment:
+    instruction: str
+    response_a: str
+    response_b: str
+    rubric: Rubric
+    feedback: str
+    """The judge's rationale without its verdict; empty when the source has none (verdict_only)."""
+    verdict: str
+    """'A' or 'B'."""
+    reference_answer: str | None = None
+    response_model_a: str = "unknown"
+    response_model_b: str = "unknown"
+    judge_model: str = "unknown"
+    source: str = "unknown"
+    category: str | None = None
+    item_id: str = ""
+    sample_idx: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def verdict_only(self) -> bool:
+        return not self.feedback
+
+    @property
+    def models(self) -> tuple[str, str]:
+        return self.response_model_a, self.response_model_b
+
+    @property
+    def response_model(self) -> str:
+        """Both models, for listings (dropped.jsonl); splits use `models`."""
+        return f"{self.response_model_a} vs {self.response_model_b}"
+
+    @property
+    def response(self) -> str:
+        """Both responses: what decontamination checks for the `response` field."""
+        return f"{self.response_a}\n\n{self.response_b}"
+
+    def target(self) -> str:
+        verdict = f"{RESULT_MARKER} {self.verdict}"
+        return f"{self.feedback} {verdict}" if self.feedback else verdict
+
+    def content_hash(self) -> str:
+        key = json.dumps(["relative", self.instruction, self.response_a, self.response_b, self.reference_answer,
+                          self.rubric.to_dict(), self.feedback, self.verdict], ensure_ascii=False)
+        return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+    def item_hash(self) -> str:
+        """The pair regardless of order: both orders of one pair are one item (and split together)."""
+        a, b = sorted((self.response_a, self.response_b))
+        key = json.dumps(["relative", self.instruction, a, b, self.rubric.to_dict()], ensure_ascii=False)
+        return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+    def messages(self) -> list[dict]:
+        msgs = relative_messages(self.instruction, self.response_a, self.response_b, self.rubric,
+                                 self.reference_answer)
+        return msgs + [{"role": "assistant", "content": self.target()}]
+
+    def to_sft(self) -> dict:
+        h = self.content_hash()
+        return {"id": h[:16], "mode": "relative", "messages": self.messages(),
+                "item_id": self.item_id or self.item_hash()[:16], "sample_idx": self.sample_idx,
+                "instruction": self.instruction, "response_a": self.response_a, "response_b": self.response_b,
+                "reference_answer": self.reference_answer, "rubric": self.rubric.to_dict(),
+                "feedback": self.feedback, "verdict": self.verdict, "verdict_only": self.verdict_only,
+                "response_model_a": self.response_model_a, "response_model_b": self.response_model_b,
+                "judge_model": self.judge_model, "source": self.source, "category": self.category,
+                "content_hash": h, "template_version": TEMPLATE_VERSION, "extra": self.extra}
+
+
+# --- verdicts, rationales, swapping ----------------------------------------------------------
+
+_VERDICTS = {"a": "A", "1": "A", "1.0": "A", "response_a": "A", "model_a": "A", "model_1": "A",
+             "b": "B", "2": "B", "2.0": "B", "response_b": "B", "model_b": "B", "model_2": "B",
+             "tie": "tie", "c": "tie", "1.5": "tie", "0.5": "tie", "draw": "tie"}
+_BRACKET_VERDICT_RE = re.compile(r"\s*\"?\[\[\s*([ABC])\s*\]\]\"?\s*\.?\s*$")
+# A/B labels in a rationale, exchanged when the pair is swapped ("Assistant A", "Response B", "Output (a)").
+_LABEL_RE = re.compile(r"\b(Assistant|Response|Output|Model|assistant|response|output|model)( \(?)([ABab])\b")
+_MODEL_N_RE = re.compile(r"\b(model|output)_([12])\b")
+_OTHER = {"A": "B", "B": "A", "a": "b", "b": "a", "1": "2", "2": "1"}
+
+
+def norm_verdict(value) -> str | None:
+    """'A', 'B', 'tie' or None (unknown)."""
+    if value is None or isinstance(value, bool):
+        return None
+    return _VERDICTS.get(str(value).strip().strip("[]").lower())
+
+
+def swap_labels(text: str) -> str:
+    """A rationale written about (A, B) rewritten for (B, A): the labels it names are exchanged."""
+    text = _LABEL_RE.sub(lambda m: m.group(1) + m.group(2) + _OTHER[m.group(3)], text)
+    text = _MODEL_N_RE.sub(lambda m: f"{m.group(1)}_{_OTHER[m.group(2)]}", text)
+    return text
+
+
+def swapped(j: PairJudgment) -> PairJudgment:
+    return replace(j, response_a=j.response_b, response_b=j.response_a, verdict=_OTHER[j.verdict],
+                   response_model_a=j.response_model_b, response_model_b=j.response_model_a,
+                   feedback=swap_labels(j.feedback), sample_idx=j.sample_idx + 1,
+                   extra={**j.extra, "swapped": True})
+
+
+def with_swaps(entries: list, swap: bool) -> list:
+    """Each kept judgment followed by its swapped copy when `swap` (rejects stay single)."""
+    if not swap:
+        return entries
+    out = []
+    for i, res in entries:
+        out.append((2 * i, res if isinstance(res, Reject) else replace(res, sample_idx=2 * i)))
+        if isinstance(res, PairJudgment):
+            out.append((2 * i + 1, swapped(out[-1][1])))
+    return out
+
+
+def _decisive(verdict: str | None, what: str) -> str:
+    if verdict is None:
+        raise Reject(UPSTREAM_PARSE_FAILURE, f"{what}: no A/B verdict")
+    if verdict == "tie":
+        raise Reject(TIE, f"{what}: tie (relative grading targets only A or B)")
+    return verdict
+
+
+def _pair_rubric(ctx) -> Rubric:
+    return ctx.rubric or rubric_preset("helpfulness")
+
+
+# --- FastChat pair logs ------------------------------------------------------------------------
+
+FASTCHAT_PAIR_FIELDS = ("model_1", "model_2", "g1_winner", "g2_winner")
+FASTCHAT_PAIR_CRITERIA = {
+    False: "Considering helpfulness, relevance, accuracy, depth, creativity, and level of detail, which "
+           "response better follows the user's instructions and answers the user's question?",
+    True: "Compared with the reference answer, which response is more correct and helpful?",
+}
+_FC_PAIR_RE = re.compile(
+    r"^\[User Question\]\n(?P<q>.*?)\n\n"
+    r"(?:\[The Start of Reference Answer\]\n(?P<ref>.*?)\n\[The End of Reference Answer\]\n\n)?"
+    r"\[The Start of Assistant A's Answer\]\n(?P<a>.*?)\n\[The End of Assistant A's Answer\]\n\n"
+    r"\[The Start of Assistant B's Answer\]\n(?P<b>.*?)\n\[The End of Assistant B's Answer\]\s*$", re.S)
+_FC_WINNER = {"model_1": "model_1", "model_2": "model_2", "tie": "tie"}
+
+
+def is_fastchat_pair(obj: dict) -> bool:
+    """Pair logs are told from single-answer logs by their fields, not by the file name."""
+    return all(f in obj for f in FASTCHAT_PAIR_FIELDS)
+
+
+def _fastchat_game(obj: dict, g: int, ctx) -> PairJudgment:
+    winner = obj.get(f"g{g}_winner")
+    if winner not in _FC_WINNER:
+        raise Reject(UPSTREAM_PARSE_FAILURE, f"g{g}_winner {winner!r}")
+    first, second = (obj["model_1"], obj["model_2"]) if g == 1 else (obj["model_2"], obj["model_1"])
+    verdict = _decisive({first: "A", second: "B"}.get(obj[winner]) if winner != "tie" else "tie", f"game {g}")
+    m = _FC_PAIR_RE.match(require_text(obj.get(f"g{g}_user_prompt"), f"g{g}_user_prompt"))
+    if m is None:
+        raise Reject(UNPARSEABLE_PROMPT, f"g{g}_user_prompt is not a FastChat single-turn pair prompt")
+    judgment = require_text(obj.get(f"g{g}_judgment"), f"g{g}_judgment")
+    said = _BRACKET_VERDICT_RE.search(judgment)
+    if said and {"A": "A", "B": "B", "C": "tie"}[said.group(1)] != verdict:
+        raise Reject(SCORE_FEEDBACK_MISMATCH, f"game {g}: judgment says [[{said.group(1)}]], winner {winner}")
+    feedback = _BRACKET_VERDICT_RE.sub("", judgment).strip()
+    judge = obj.get("judge") if isinstance(obj.get("judge"), list) else []
+    return PairJudgment(
+        instruction=m["q"], response_a=m["a"], response_b=m["b"],
+        rubric=Rubric(FASTCHAT_PAIR_CRITERIA[m["ref"] is not None]), feedback=feedback, verdict=verdict,
+        reference_answer=m["ref"], response_model_a=str(first), response_model_b=str(second),
+        judge_model=str(judge[0]) if judge else ctx.judge_model, source=ctx.source, sample_idx=g - 1,
+        extra={"question_id": obj.get("question_id"), "turn": obj.get("turn"), "game": g,
+               "judge_prompt": judge[1] if len(judge) > 1 else None})
+
+
+def parse_fastchat_pair(obj: dict, ctx) -> list:
+    """Both games of a FastChat pair line, under the source's `pair_inconsistent` policy."""
+    games: list = []
+    for g in (1, 2):
+        try:
+            games.append((g - 1, _fastchat_game(obj, g, ctx)))
+        except Reject as e:
+            games.append((g - 1, e))
+    w1, w2 = obj.get("g1_winner"), obj.get("g2_winner")
+    # Only two real decisions can disagree: a game FastChat could not parse ("error") leaves the other alone.
+    if w1 == w2 or w1 not in _FC_WINNER or w2 not in _FC_WINNER or ctx.pair_inconsistent == "keep":
+        return games
+    detail = f"g1_winner {w1!r} vs g2_winner {w2!r} (swapped order)"
+    drop = (0, 1) if ctx.pair_inconsistent == "reject" else (1,)
+    return [(i, Reject(PAIR_INCONSISTENT, detail) if i in drop and not isinstance(res, Reject) else res)
+            for i, res in games]
+
+
+# --- AlpacaEval annotations ------------------------------------------------------------------
+
+_RATIONALE_MIN_CHARS = 20  # shorter raw completions are bare labels ("m", "Output (a)"), not rationales
+
+
+def _alpaca_preference(value) -> str | None:
+    """1 -> A, 2 -> B, 1.5 -> tie, 0/None -> unknown; a weighted preference in (1, 2) takes the nearer side."""
+    try:
+        p = float(value)
+    except (TypeError, ValueError):
+        return None
+    if not 1 <= p <= 2:
+        return None
+    return "tie" if p == 1.5 else "A" if p < 1.5 else "B"
+
+
+def parse_alpaca_eval(obj: dict, ctx) -> list:
+    try:
+        instruction = require_text(obj.get("instruction"), "instruction")
+        if (optional_text(obj.get("input")) or "").strip():
+            instruction = f"{instruction}\n\n{obj['input']}"
+        a = require_text(obj.get("output_1"), "output_1", EMPTY_RESPONSE)
+        b = require_text(obj.get("output_2"), "output_2", EMPTY_RESPONSE)
+        verdict = _decisive(_alpaca_preference(obj.get("preference")), f"preference {obj.get('preference')!r}")
+        raw = obj.get("raw_completion")
+        feedback = raw.strip() if isinstance(raw, str) and len(raw.strip()) >= _RATIONALE_MIN_CHARS else ""
+        j = PairJudgment(instruction=instruction, response_a=a, response_b=b, rubric=_pair_rubric(ctx),
+                         feedback=feedback, verdict=verdict, response_model_a=str(obj.get("generator_1") or "unknown"),
+                         response_model_b=str(obj.get("generator_2") or "unknown"),
+                         judge_model=str(obj.get("annotator") or ctx.judge_model), source=ctx.source,
+                         extra={"preference": obj.get("preference"), "dataset": obj.get("dataset")})
+        return with_swaps([(0, j)], ctx.swap)
+    except Reject as e:
+        return [(0, e)]
+
+
+# --- generic jsonl with pairwise columns -----------------------------------------------------
+
+PAIR_COLUMNS = ("instruction", "response_a", "response_b", "verdict")
+
+
+def parse_generic_pair(obj: dict, ctx) -> list:
+    col = ctx.columns
+
+    def get(name):
+        return obj.get(col[name]) if name in col else None
+
+    try:
+        verdict = _decisive(norm_verdict(get("verdict")), f"verdict {get('verdict')!r}")
+        criteria = get("criteria")
+        rubric = Rubric(str(criteria)) if criteria else _pair_rubric(ctx)
+        j = PairJudgment(
+            instruction=require_text(get("instruction"), col["instruction"]),
+            response_a=require_text(get("response_a"), col["response_a"], EMPTY_RESPONSE),
+            response_b=require_text(get("response_b"), col["response_b"], EMPTY_RESPONSE), rubric=rubric,
+            feedback=(optional_text(get("feedback")) or "").strip(), verdict=verdict,
+            reference_answer=optional_text(get("reference_answer")),
+            response_model_a=str(get("response_model_a") or "unknown"),
+            response_model_b=str(get("response_model_b") or "unknown"),
+            judge_model=str(get("judge_model") or ctx.judge_model), source=ctx.source,
+            category=optional_text(get("category")))
+        return with_swaps([(0, j)], ctx.swap)
+    except Reject as e:
+        return [(0, e)]
+    except (TypeError, ValueError) as e:
+        return [(0, Reject(MISSING_FIELD, str(e)[:200]))]
