@@ -257,6 +257,8 @@ def load_heldout(build_dir: str, *, response_models: list[str] | None = None) ->
         raise SetUnavailable(f"no held-out split at {path} (run `judgeforge data build` first)")
     groups: dict[str, list[tuple[str, dict]]] = defaultdict(list)
     for place, r in read_objects(path):
+        if r.get("mode") == "relative":  # a pairwise record of the build: no absolute reference score
+            continue
         require(r, "heldout", path, place)
         if not response_models or r.get("response_model") in response_models:
             groups[r["item_id"]].append((place, r))

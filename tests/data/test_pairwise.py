@@ -129,3 +129,17 @@ def test_verdicts():
         ["A", "B", "A", "B", "tie", "tie", "tie", None, None]
     assert Counter(P._alpaca_preference(v) for v in (1, 2, 1.5, 0, 1.2, "n/a")) == \
         {"A": 2, "B": 1, "tie": 1, None: 2}
+
+
+def test_mixed_build_and_heldout_loader_skips_pairs(tmp_path):
+    from judgeforge.eval.sets import load_heldout
+
+    src = _src("fastchat", REPO / "data/vendor/fastchat-mt-bench/gpt-4_single.jsonl", name="single") + \
+        _src("fastchat", FC_PAIR, name="pair")
+    m = build(None, tmp_path / "b", "split.test_models=[vicuna-13b-v1.2,llama-13b,mistral-orpo-trl]", sources=src)
+    _adds_up(m)
+    assert m["splits"]["disjoint"] and m["counts"]["per_source"]["pair"]["test"] == 2
+    test = read_lines(tmp_path / "b" / "test.jsonl")
+    assert Counter(r.get("mode", "absolute") for r in test)["relative"] == 2
+    items, n = load_heldout(str(tmp_path / "b"))
+    assert items and n == len(items) and all(i.response_model == "mistral-orpo-trl" for i in items)
