@@ -143,3 +143,11 @@ def test_mixed_build_and_heldout_loader_skips_pairs(tmp_path):
     assert Counter(r.get("mode", "absolute") for r in test)["relative"] == 2
     items, n = load_heldout(str(tmp_path / "b"))
     assert items and n == len(items) and all(i.response_model == "mistral-orpo-trl" for i in items)
+
+
+def test_pair_records_are_training_examples(tmp_path):
+    from judgeforge.train.data import to_prompt_completion
+
+    build(None, tmp_path / "b", sources=_src("alpaca_eval", ALPACA))
+    ex = to_prompt_completion(read_lines(tmp_path / "b" / "train.jsonl")[0])
+    assert [m["role"] for m in ex["prompt"]] == ["system", "user"] and ex["completion"][0]["content"].endswith("[RESULT] A")
