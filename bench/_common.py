@@ -121,3 +121,22 @@ def write_section(title: str, text: str, path: Path = RESULTS) -> None:
     text = text.rstrip("\n") + "\n\n"
     new = pattern.sub(lambda _: text, old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
     atomic_write_text(path, new.rstrip("\n") + "\n")
+
+
+def command_footer(command: str, out: dict) -> str:
+    """The line under every table: the command, when, under what load, with which versions."""
+    return (f"Command: `{command}` ({out['date']}; 2 CPU cores shared with other engineers' test runs, "
+            f"load average (1/5/15 min) {out['load_start']} at the start, {out['load_end']} at the end; "
+            f"{versions()}).")
+
+
+def publish(script: str, argv, title: str, text_of, write: bool) -> int:
+    """Print a section built from this invocation's command line, and write it into RESULTS.md."""
+    import sys
+
+    command = f".venv/bin/python bench/{script} " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = text_of(command.strip())
+    print(text)
+    if write:
+        write_section(title, text)
+    return 0

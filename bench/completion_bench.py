@@ -187,9 +187,7 @@ def section(out: dict, rows: list[dict], a, command: str) -> str:
     verdict = "; ".join(f"n={r['n']}: {r['ratio']:.3f}x -> {'met' if r['ratio'] <= 1.10 else 'NOT met'}"
                         for r in rows)
     lines += ["", f"Target: completed / feedback-only wall <= 1.10x. {verdict}.", "",
-              f"Command: `{command}` ({out['date']}; 2 CPU cores shared with other engineers' test runs, "
-              f"load average (1/5/15 min) {out['load_start']} at the start, {out['load_end']} at the end; "
-              f"{C.versions()}).", ""]
+              C.command_footer(command, out), ""]
     return "\n".join(lines)
 
 

@@ -194,10 +194,7 @@ def section(out: dict, a, command: str) -> str:
         lines.append("")
     if out["errors"]:
         lines += ["Runs that failed: " + "; ".join(e.splitlines()[0] for e in out["errors"]), ""]
-    lines += ["VERDICT_PLACEHOLDER", "",
-              f"Command: `{command}` ({out['date']}; 2 CPU cores shared with other engineers' test runs, load "
-              f"average (1/5/15 min) {out['load_start']} at the start, {out['load_end']} at the end; {C.versions()}).",
-              ""]
+    lines += ["VERDICT_PLACEHOLDER", "", C.command_footer(command, out), ""]
     return "\n".join(lines)
 
 
@@ -255,12 +252,8 @@ def main(argv=None) -> int:
     a.parts = set(a.parts.split(","))
     with tempfile.TemporaryDirectory(prefix="placement-") as work:
         out = measure(a, Path(work))
-    command = ".venv/bin/python bench/cpu_placement_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = section(out, a, command.strip()).replace("VERDICT_PLACEHOLDER", verdict(out))
-    print(text)
-    if a.write_results:
-        C.write_section(TITLE, text)
-    return 0
+    return C.publish("cpu_placement_bench.py", argv, TITLE,
+                     lambda cmd: section(out, a, cmd).replace("VERDICT_PLACEHOLDER", verdict(out)), a.write_results)
 
 
 if __name__ == "__main__":

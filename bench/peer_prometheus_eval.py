@@ -234,9 +234,7 @@ def section(out: dict, a, command: str) -> str:
                   f"| generated tokens per graded item | **{_ratio(jf['tpg'], pe['tpg'], '{:.3f}x', 'judgeforge: ' + format(jf['tpg'], '.1f') + ', the peer: none graded')}** |",
                   f"| generated tokens per item (scored or not) | {jf['tpi'] / pe['tpi']:.3f}x |",
                   f"| items per second (scored or not) | {jf['ips'] / pe['ips']:.2f}x |"]
-    lines += ["", f"Command: `{command}` ({out['date']}; 2 CPU cores shared with other engineers' test runs, load "
-              f"average (1/5/15 min) {out['load_start']} at the start, {out['load_end']} at the end; "
-              f"{C.versions()}).", ""]
+    lines += ["", C.command_footer(command, out), ""]
     return "\n".join(lines)
 
 
@@ -256,12 +254,7 @@ def main(argv=None) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="peer-") as work:
         out = measure(a, Path(work))
-    command = ".venv/bin/python bench/peer_prometheus_eval.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = section(out, a, command.strip())
-    print(text)
-    if a.write_results:
-        C.write_section(TITLE, text)
-    return 0
+    return C.publish("peer_prometheus_eval.py", argv, TITLE, lambda cmd: section(out, a, cmd), a.write_results)
 
 
 if __name__ == "__main__":
