@@ -35,7 +35,7 @@ def _judge_pairs(a: dict, b: dict) -> list[tuple[str, str]]:
 
 
 def _headline(s: dict, rep: dict, v: str) -> tuple[str, float | None, float | None]:
-    """(metric name, value, parse-failure rate) of one judge on one set under a variant."""
+    """(metric name, value, no-score rate: items the judge gave no score) of one judge on one set under a variant."""
     r = rep.get(v, {}) if s["kind"] == "absolute" else rep.get("absolute", {}).get(v, {})
     if s["kind"] == "absolute":
         return "Pearson", r.get("correlation", {}).get("pearson", {}).get("value"), r.get("parse_failure_rate")
@@ -79,7 +79,7 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 1000, seed: int 
                 rows.append([s["name"], f"{ja} → {jb}", _label(v), metric, _f(va), _f(vb), _f(diff), ci, sig,
                              f"{_f(fa)} → {_f(fb)}"])
     head = ["set", "judges (A → B)", "variant", "metric", "A", "B", "B − A", "paired 95% CI", "significant",
-            "parse-failure rate A → B"]
+            "no-score rate A → B"]
     title = [f"# Comparison: `{dir_a}` (A) vs `{dir_b}` (B)", "",
              "Paired CI: bootstrap over the items both reports graded (absolute sets with predictions).", ""]
     if not rows:
