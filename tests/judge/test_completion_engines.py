@@ -47,18 +47,9 @@ def max_diff(a: dict[str, float], b: dict[str, float]) -> float:
 
 
 @pytest.fixture(scope="module")
-def adapters(default_model_dir, tmp_path_factory):
-    from judgeforge.serve.testing import make_lora_adapter
-
-    root = tmp_path_factory.mktemp("adapters")
-    return {name: str(make_lora_adapter(default_model_dir, root / name, r=8, seed=i))
-            for i, name in enumerate(("judge_a", "judge_b"))}
-
-
-@pytest.fixture(scope="module")
-def hf(default_model_dir, adapters):
+def hf(default_model_dir, lora_adapters):
     with build_engine(EngineConfig(kind="transformers", dtype="float32", cpu_threads=1,
-                                   adapters=adapters)) as eng:
+                                   adapters=lora_adapters)) as eng:
         yield eng
 
 
