@@ -155,9 +155,15 @@ def relative_prompt(instruction: str, response_a: str, response_b: str, rubric: 
     return head + ref + _REL_TAIL.format(rubric=criteria)
 
 
+def score_target(verdict: int | str) -> str:
+    """The verdict alone, `[RESULT] <score>`: what a score-only judge writes straight after the
+    prompt, and exactly the text a score-only read continues from (`[RESULT] ` + choice)."""
+    return f"{RESULT_MARKER} {verdict}"
+
+
 def assistant_target(feedback: str, verdict: int | str) -> str:
     """The judge's answer: `<feedback> [RESULT] <score>`."""
-    return f"{feedback.strip()} {RESULT_MARKER} {verdict}"
+    return f"{feedback.strip()} {score_target(verdict)}"
 
 
 def absolute_messages(instruction: str, response: str, rubric: Rubric,

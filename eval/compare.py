@@ -15,7 +15,7 @@ from pathlib import Path
 from judgeforge.data.templates import Scale
 from judgeforge.eval import metrics as M
 from judgeforge.eval.report import _aligned, _f, _label, _table, unit_score
-from judgeforge.io import atomic_write_text, read_jsonl
+from judgeforge.io import atomic_write_json, atomic_write_text, read_jsonl
 
 
 def _load(d: str | Path) -> tuple[dict, list[dict] | None]:
@@ -54,7 +54,9 @@ def _paired(pa, pb, ja, jb, s, v, boot) -> dict | None:
                                [r["ref"] for r in ra], **boot)
 
 
-def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 1000, seed: int = 42) -> str:
+def compare_rows(dir_a: str | Path, dir_b: str | Path, n_boot: int = 1000, seed: int = 42) -> list[dict]:
+    """One dict per (judge pair, set, variant): the headline metric of A and B, B - A and, where
+    both graded the same items, the paired bootstrap interval (`paired`: lo, hi, significant...)."""
     a, pa = _load(dir_a)
     b, pb = _load(dir_b)
     sets_b = {s["name"]: s for s in b["sets"]}
@@ -70,14 +72,22 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 1000, seed: int 
             for v in (x for x in a["meta"]["variants"] if x in b["meta"]["variants"]):
                 metric, va, fa = _headline(s, ra, v)
                 _, vb, fb = _headline(s, rb, v)
-                d = _paired(pa, pb, ja, jb, s, v, boot)
-                diff = None if va is None or vb is None else vb - va
-                ci = f"[{_f(d['lo'])}, {_f(d['hi'])}]" if d and d["lo"] is not None else ""
-                has_ci = bool(d and d["lo"] is not None)
-                sig = ("forgetting" if d["forgetting"] else "yes") if has_ci and d["significant"] else (
-                    "no" if has_ci else "")
-                rows.append([s["name"], f"{ja} → {jb}", _label(v), metric, _f(va), _f(vb), _f(diff), ci, sig,
-                             f"{_f(fa)} → {_f(fb)}"])
+                rows.append({"set": s["name"], "judge_a": ja, "judge_b": jb, "variant": v, "metric": metric,
+                             "a": va, "b": vb, "diff": None if va is None or vb is None else vb - va,
+                             "paired": _paired(pa, pb, ja, jb, s, v, boot), "no_score_a": fa, "no_score_b": fb})
+    return rows
+
+
+def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 1000, seed: int = 42) -> str:
+    rows = []
+    for r in compare_rows(dir_a, dir_b, n_boot, seed):
+        d = r["paired"]
+        has_ci = bool(d and d["lo"] is not None)
+        ci = f"[{_f(d['lo'])}, {_f(d['hi'])}]" if has_ci else ""
+        sig = ("forgetting" if d["forgetting"] else "yes") if has_ci and d["significant"] else (
+            "no" if has_ci else "")
+        rows.append([r["set"], f"{r['judge_a']} → {r['judge_b']}", _label(r["variant"]), r["metric"], _f(r["a"]),
+                     _f(r["b"]), _f(r["diff"]), ci, sig, f"{_f(r['no_score_a'])} → {_f(r['no_score_b'])}"])
     head = ["set", "judges (A → B)", "variant", "metric", "A", "B", "B − A", "paired 95% CI", "significant",
             "no-score rate A → B"]
     title = [f"# Comparison: `{dir_a}` (A) vs `{dir_b}` (B)", "",
@@ -92,11 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("a", help="report directory A (e.g. the base judge)")
     p.add_argument("b", help="report directory B (e.g. the trained judge)")
     p.add_argument("--out", help="also write the table to this file")
+    p.add_argument("--json", help="also write the rows (values, differences, paired intervals) as JSON here")
     p.add_argument("--n-boot", type=int, default=1000)
     p.add_argument("--seed", type=int, default=42)
     args = p.parse_args(argv)
     text = compare(args.a, args.b, n_boot=args.n_boot, seed=args.seed)
     if args.out:
         atomic_write_text(args.out, text)
+    if args.json:
+        atomic_write_json(args.json, compare_rows(args.a, args.b, n_boot=args.n_boot, seed=args.seed))
     print(text, end="")
     return 0

@@ -59,6 +59,10 @@ class SourceSection(Config):
     less for replayed earlier rounds."""
     limit: int | None = None
     """At most this many training records from it (after `fraction`)."""
+    offset: int | None = None
+    """Continual rounds: take the records at positions [offset, offset + limit) of one seeded
+    shuffle of this build (fixed by `data.seed`, not by the round), so round k+1 trains on new
+    records only, `offset` being what earlier rounds took. None: the plain seeded draw."""
 
 
 
@@ -74,6 +78,10 @@ class DataSection(Config):
     cut off the score) and listed in data.json."""
     seed: int = 42
     """Seed for the replay draws and the eval subset."""
+    target: Literal["feedback", "score"] = "feedback"
+    """What the assistant turn trains: `feedback` = GPT-4's feedback then `[RESULT] n` (the
+    Prometheus format); `score` = `[RESULT] n` alone, the score straight after the prompt (a
+    score-only judge: no rationale written, every target token is the verdict)."""
 
 
 class OptimSection(Config):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from judgeforge.config import ConfigError
-from judgeforge.data.templates import TEMPLATE_VERSION
+from judgeforge.data.templates import TEMPLATE_VERSION, score_target
 from judgeforge.io import read_jsonl, sha256_file
 
 
@@ -62,13 +62,26 @@ def draw(records: list[dict], fraction: float, limit: int | None, rng: random.Ra
     return [records[i] for i in sorted(rng.sample(range(len(records)), k))]
 
 
+def window(records: list[dict], offset: int, limit: int | None, seed: int) -> list[dict]:
+    """Positions [offset, offset + limit) of one seeded shuffle of `records`, kept in file order.
+
+    The shuffle depends on the seed only, so consecutive windows never overlap: continual round
+    k+1 (offset = what rounds 1..k took) sees new records only, and their union is a prefix."""
+    order = list(range(len(records)))
+    random.Random(f"{seed}:window").shuffle(order)
+    end = len(order) if limit is None else offset + limit
+    return [records[i] for i in sorted(order[offset:end])]
+
+
 def mix_builds(builds: list[Build], fractions: list[float], limits: list[int | None], seed: int,
-               eval_limit: int | None) -> Mix:
+               eval_limit: int | None, offsets: list[int | None] | None = None) -> Mix:
     """The replay mix: each build's seeded draw, concatenated, duplicates (content hash) once."""
     mix = Mix(train=[], eval=[])
     seen: set[str] = set()
-    for i, (b, frac, lim) in enumerate(zip(builds, fractions, limits, strict=True)):
-        picked = draw(b.train, frac, lim, random.Random(f"{seed}:{i}"))
+    offsets = offsets or [None] * len(builds)
+    for i, (b, frac, lim, off) in enumerate(zip(builds, fractions, limits, offsets, strict=True)):
+        picked = draw(b.train, frac, lim, random.Random(f"{seed}:{i}")) if off is None \
+            else window(b.train, off, lim, seed)
         fresh = [r for r in picked if _key(r) not in seen]
         seen.update(_key(r) for r in fresh)
         mix.duplicates += len(picked) - len(fresh)
@@ -76,7 +89,7 @@ def mix_builds(builds: list[Build], fractions: list[float], limits: list[int | N
         mix.eval += b.test
         mix.sources.append({"path": str(b.path), "manifest_sha256": b.manifest_sha256,
                             "train_sha256": b.train_sha256, "available": len(b.train),
-                            "fraction": frac, "limit": lim, "used": len(fresh)})
+                            "fraction": frac, "limit": lim, "offset": off, "used": len(fresh)})
     if not mix.train:
         raise ConfigError("the data mix is empty: the sources' train.jsonl hold no records")
     mix.eval = draw(_unique(mix.eval), 1.0, eval_limit, random.Random(f"{seed}:eval"))
@@ -92,8 +105,11 @@ def _unique(records: list[dict]) -> list[dict]:
     return [r for r in records if not (_key(r) in seen or seen.add(_key(r)))]
 
 
-def to_prompt_completion(rec: dict) -> dict:
-    """A build line -> TRL conversational prompt-completion example (`id` kept for provenance)."""
+def to_prompt_completion(rec: dict, target: str = "feedback") -> dict:
+    """A build line -> TRL conversational prompt-completion example (`id` kept for provenance).
+
+    `target="score"` replaces the judgment by its verdict alone (`[RESULT] n`, from the record's
+    `score`): the score-only judge's training target."""
     version = rec.get("template_version")
     if version != TEMPLATE_VERSION:
         raise ConfigError(f"record {rec.get('id')} was built with template {version!r}, this "
@@ -103,4 +119,9 @@ def to_prompt_completion(rec: dict) -> dict:
     if len(msgs) < 2 or roles[-1] != "assistant" or "assistant" in roles[:-1]:
         raise ConfigError(f"record {rec.get('id')}: messages must end with the one assistant "
                           f"turn (the judgment), got roles {roles}")
-    return {"id": rec["id"], "prompt": msgs[:-1], "completion": msgs[-1:]}
+    completion = msgs[-1:]
+    if target == "score":
+        if rec.get("score") is None:
+            raise ConfigError(f"record {rec.get('id')} has no score: data.target=score needs one")
+        completion = [{"role": "assistant", "content": score_target(rec["score"])}]
+    return {"id": rec["id"], "prompt": msgs[:-1], "completion": completion}

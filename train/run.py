@@ -140,9 +140,9 @@ def load_datasets(cfg: TrainConfig):
 
     builds = [load_build(s.path) for s in cfg.data.sources]
     mix = mix_builds(builds, [s.fraction for s in cfg.data.sources], [s.limit for s in cfg.data.sources],
-                     cfg.data.seed, cfg.data.eval_limit)
+                     cfg.data.seed, cfg.data.eval_limit, [s.offset for s in cfg.data.sources])
     def as_ds(recs):
-        rows = [to_prompt_completion(r) for r in recs]
+        rows = [to_prompt_completion(r, cfg.data.target) for r in recs]
         return Dataset.from_list(rows) if rows else Dataset.from_dict({"id": [], "prompt": [], "completion": []})
 
     return mix, as_ds(mix.train), as_ds(mix.eval)
@@ -155,6 +155,9 @@ def sft_args(cfg: TrainConfig, ckpt_dir: Path, has_eval: bool):
     o, t = cfg.optim, cfg.tracking
     wandb = t.wandb and os.environ.get("WANDB_MODE") != "disabled"
     return SFTConfig(
+        # Without a GPU, bf16 means CPU autocast (avx512_bf16: ~1.5x fp32 LoRA throughput,
+        # bench/RESULTS.md), which transformers only enables when told it runs on the CPU.
+        use_cpu=cfg.precision == "bf16" and not _has_gpu(),
         output_dir=str(ckpt_dir), seed=cfg.seed, bf16=cfg.precision == "bf16", fp16=cfg.precision == "fp16",
         learning_rate=o.lr, lr_scheduler_type=o.scheduler, warmup_steps=o.warmup_ratio,
         weight_decay=o.weight_decay, num_train_epochs=o.epochs, max_steps=o.max_steps,
@@ -169,6 +172,12 @@ def sft_args(cfg: TrainConfig, ckpt_dir: Path, has_eval: bool):
         completion_only_loss=True, max_length=None, remove_unused_columns=False,
         dataloader_num_workers=0,
     )
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
 
 
 def _load_model(cfg: TrainConfig):

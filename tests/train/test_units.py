@@ -16,7 +16,7 @@ from judgeforge.data.templates import Rubric
 from judgeforge.train.checkpoints import MARKER, discard_incomplete, is_complete, last_complete
 from judgeforge.train.config import TrainConfig
 from judgeforge.train.curves import loss_curves
-from judgeforge.train.data import draw, load_build, mix_builds, to_prompt_completion
+from judgeforge.train.data import draw, load_build, mix_builds, to_prompt_completion, window
 from judgeforge.train.lora import resolve_targets
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,6 +50,37 @@ def test_prompt_completion_refuses_bad_records():
         to_prompt_completion({**rec, "template_version": "other-v0"})
     with pytest.raises(ConfigError, match="assistant"):
         to_prompt_completion({**rec, "messages": rec["messages"][:2]})
+
+
+def test_score_target_trains_the_verdict_alone_exactly_as_score_only_reads_it():
+    ex = to_prompt_completion(record(2, feedback="long rationale"), target="score")
+    assert ex["completion"] == [{"role": "assistant", "content": "[RESULT] 3"}]
+    assert ex["prompt"] == to_prompt_completion(record(2))["prompt"]
+    assert "long rationale" not in json.dumps(ex)
+    rec = {**record(2), "score": None}
+    with pytest.raises(ConfigError, match="no score"):
+        to_prompt_completion(rec, target="score")
+
+
+def test_continual_windows_are_disjoint_prefixes_of_one_shuffle():
+    recs = [record(i) for i in range(50)]
+    rounds = [window(recs, 0, 10, 42), window(recs, 10, 15, 42), window(recs, 25, None, 42)]
+    ids = [[r["id"] for r in w] for w in rounds]
+    assert [len(w) for w in ids] == [10, 15, 25]
+    assert len(set(sum(ids, []))) == 50  # disjoint, together all of them
+    for w in rounds:  # file order within a window
+        assert [r["id"] for r in recs if r["id"] in set(x["id"] for x in w)] == [x["id"] for x in w]
+    assert window(recs, 0, 25, 42)[:0] == [] and {r["id"] for r in window(recs, 0, 25, 42)} == \
+        set(ids[0]) | set(ids[1])  # rounds 1-2 = the first 25 of the same shuffle
+    assert window(recs, 0, 10, 7) != rounds[0]  # the seed decides
+
+
+def test_mix_with_offsets_records_the_window(tmp_path):
+    b = load_build(write_build(tmp_path / "b", 30))
+    mix = mix_builds([b], [1.0], [12], 42, 0, offsets=[12])
+    assert len(mix.train) == 12 and mix.sources[0]["offset"] == 12
+    first = mix_builds([b], [1.0], [12], 42, 0, offsets=[0])
+    assert not {r["id"] for r in first.train} & {r["id"] for r in mix.train}
 
 
 def test_draw_is_seeded_ordered_and_bounded():

@@ -1,0 +1,248 @@
+"""Issue 9: the embedded judge's learning curve, continual LoRA rounds measured on the same items.
+
+    python bench/learning_curve.py run --arm score --rounds 150,150,300
+    python bench/learning_curve.py run --arm feedback --rounds 150 --set data.target=feedback
+    python bench/learning_curve.py table --arms score,feedback       # markdown, from curve.json files
+    python bench/learning_curve.py plot --arms score --out docs/img/learning_curve.png
+
+`run`: round 0 is the base judge (shared by every arm); round k trains
+`configs/train/embedded-judge.yaml` (plus the arm's `--set` overrides) on the next window of
+the build's fixed seeded shuffle (offset = the records earlier rounds took), continuing round
+k-1's adapter, then evaluates it with `configs/eval/embedded-judge.yaml` and compares it with
+the base (`judgeforge eval compare`: paired bootstrap intervals on the same items). Each step is
+a judgeforge subprocess; its CPU seconds (user + sys of it and its children) and wall time are
+recorded in the round's cost.json. A rerun resumes: finished steps are skipped, and a killed
+training continues from its last checkpoint (that attempt's CPU time is lost from the record,
+which cost.json then says). Everything lands in runs/curve/<arm>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+ROOT = REPO / "runs" / "curve"
+TRAIN_CFG = REPO / "configs" / "train" / "embedded-judge.yaml"
+EVAL_CFG = REPO / "configs" / "eval" / "embedded-judge.yaml"
+JF = [sys.executable, "-m", "judgeforge.cli"]
+VARIANTS = ("n1", "n3", "expected", "score_only")
+log = logging.getLogger("learning_curve")
+
+
+def set_dotted(cfg: dict, key: str, value) -> None:
+    """`a.b.0.c=value` into nested dicts/lists."""
+    *path, last = key.split(".")
+    node = cfg
+    for p in path:
+        node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def timed(cmd: list[str], cost_file: Path, step: str) -> None:
+    """Run `cmd`, adding its CPU and wall seconds to cost_file[step] (an attempt per call)."""
+    cost = json.loads(cost_file.read_text()) if cost_file.is_file() else {}
+    entry = cost.setdefault(step, {"cpu_s": 0.0, "wall_s": 0.0, "attempts": 0, "complete": False})
+    entry["attempts"] += 1
+    cost_file.write_text(json.dumps(cost, indent=2))  # a killed attempt still shows up as one
+    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
+    log.info("%s: %s", step, " ".join(cmd))
+    rc = subprocess.run(cmd, cwd=REPO).returncode
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    entry["cpu_s"] += (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    entry["wall_s"] += time.time() - t0
+    entry["complete"] = rc == 0
+    cost_file.write_text(json.dumps(cost, indent=2))
+    if rc:
+        raise SystemExit(f"{step} failed (exit {rc}): {' '.join(cmd)}")
+
+
+def eval_round(name: str, adapter: Path | None, out: Path, cost: Path, extra: list[str]) -> None:
+    if (out / "metrics.json").is_file():
+        return
+    cfg = yaml.safe_load(EVAL_CFG.read_text())
+    cfg["out"] = str(out)
+    cfg["judges"][0]["name"] = name
+    if adapter is not None:
+        cfg["judges"][0]["adapter"] = str(adapter)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = out.parent / "eval.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    timed([*JF, "eval", "--config", str(path), *extra], cost, "eval")
+
+
+def train_round(arm_dir: Path, k: int, offset: int, size: int, sets: list[str]) -> Path:
+    rdir = arm_dir / f"r{k}"
+    cfg = yaml.safe_load(TRAIN_CFG.read_text())
+    for s in sets:
+        key, value = s.split("=", 1)
+        set_dotted(cfg, key, yaml.safe_load(value))
+    cfg["out"] = str(rdir / "train")
+    src = cfg["data"]["sources"][0]
+    src["offset"], src["limit"] = offset, size
+    cfg["model"]["adapter"] = str(arm_dir / f"r{k - 1}" / "train") if k > 1 else None
+    cfg["tracking"]["run_name"] = f"{arm_dir.name}-r{k}-train"
+    rdir.mkdir(parents=True, exist_ok=True)
+    path = rdir / "train.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    if not (rdir / "train" / "adapter" / "judgeforge.json").is_file():
+        timed([*JF, "train", "--config", str(path)], rdir / "cost.json", "train")
+    return rdir
+
+
+def run(args) -> None:
+    base = ROOT / "base"
+    eval_round("base", None, base / "eval", base / "cost.json", [])
+    arm_dir = ROOT / args.arm
+    offset = 0
+    for k, size in enumerate(args.rounds, start=1):
+        rdir = train_round(arm_dir, k, offset, size, args.set)
+        offset += size
+        eval_round(f"{args.arm}-r{k}", rdir / "train", rdir / "eval", rdir / "cost.json", [])
+        if not (rdir / "compare.json").is_file():
+            timed([*JF, "eval", "compare", str(base / "eval"), str(rdir / "eval"), "--out",
+                   str(rdir / "compare.md"), "--json", str(rdir / "compare.json")], rdir / "cost.json", "compare")
+        write_curve(arm_dir)
+
+
+def _metrics(eval_dir: Path) -> dict:
+    m = json.loads((eval_dir / "metrics.json").read_text())
+    judge = m["meta"]["judges"][0]
+    out = {}
+    for s, res in m["results"][judge].items():
+        out[s] = {v: {c: res[v]["correlation"][c] for c in ("pearson", "spearman", "kendall")}
+                  | {"no_score_rate": res[v].get("parse_failure_rate"), "n": res[v]["correlation"]["n"]}
+                  for v in VARIANTS if v in res}
+        out[s]["length_only"] = m["reference"].get(s, {}).get("length_only", {}).get("r")
+        out[s]["ceiling"] = m["reference"].get(s, {}).get("ceiling", {}).get("pearson")
+    return out
+
+
+def write_curve(arm_dir: Path) -> dict:
+    """curve.json: per round the records, CPU minutes (cumulative), metrics and paired differences."""
+    rounds = [{"round": 0, "records": 0, "cpu_min": 0.0, "metrics": _metrics(ROOT / "base" / "eval")}]
+    records = cpu = 0.0
+    for rdir in sorted(arm_dir.glob("r[0-9]*"), key=lambda p: int(p.name[1:])):
+        if not (rdir / "compare.json").is_file():
+            break
+        data = json.loads((rdir / "train" / "data.json").read_text())
+        cost = json.loads((rdir / "cost.json").read_text())
+        records += data["train"]
+        cpu += cost["train"]["cpu_s"] / 60
+        rounds.append({"round": int(rdir.name[1:]), "records": records, "cpu_min": round(cpu, 1),
+                       "train_cpu_min": round(cost["train"]["cpu_s"] / 60, 1),
+                       "eval_cpu_min": round(cost["eval"]["cpu_s"] / 60, 1),
+                       "train_wall_min": round(cost["train"]["wall_s"] / 60, 1),
+                       "dropped_overlong": len(data["dropped_overlong"]["train"]),
+                       "train_config": yaml.safe_load((rdir / "train.yaml").read_text()),
+                       "metrics": _metrics(rdir / "eval"),
+                       "vs_base": json.loads((rdir / "compare.json").read_text())})
+    curve = {"arm": arm_dir.name, "rounds": rounds}
+    (arm_dir / "curve.json").write_text(json.dumps(curve, indent=1))
+    return curve
+
+
+def _f(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _ci(d: dict) -> str:
+    return f"{_f(d['value'])} [{_f(d['lo'])}, {_f(d['hi'])}]" if d and d.get("value") is not None else "n/a"
+
+
+def table(args) -> str:
+    """Markdown: one row per arm and round, on `--set`, under `--variant`."""
+    head = ["arm", "round", "records", "CPU min (cum.)", "Pearson [95% CI]", "Spearman", "Kendall",
+            "Δ Pearson vs base [paired CI]", "no-score", f"forgetting: {args.forgetting} Δ Pearson [CI]"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arm in args.arms:
+        curve = json.loads((ROOT / arm / "curve.json").read_text())
+        for r in curve["rounds"]:
+            if r["round"] == 0 and arm != args.arms[0]:
+                continue
+            m = r["metrics"][args.set].get(args.variant, {})
+            delta = lambda s: next((c for c in r.get("vs_base", []) if c["set"] == s and
+                                    c["variant"] == args.variant), None)
+            lines.append("| " + " | ".join([
+                "base" if r["round"] == 0 else arm, str(r["round"]), str(int(r["records"])), f"{r['cpu_min']:.1f}",
+                _ci(m.get("pearson")), _ci(m.get("spearman")), _ci(m.get("kendall")),
+                _paired(delta(args.set)), _f(m.get("no_score_rate")), _paired(delta(args.forgetting))]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _paired(c: dict | None) -> str:
+    if not c:
+        return "-"
+    p = c.get("paired") or {}
+    if p.get("lo") is None:
+        return _f(c.get("diff"))
+    return f"{_f(c['diff'])} [{_f(p['lo'])}, {_f(p['hi'])}]"
+
+
+def plot(args) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for arm in args.arms:
+        rounds = json.loads((ROOT / arm / "curve.json").read_text())["rounds"]
+        for ax, x in zip(axes, ("records", "cpu_min")):
+            for v in args.variants:
+                pts = [(r[x], r["metrics"][args.set].get(v, {}).get("pearson") or {}) for r in rounds]
+                pts = [(a, p) for a, p in pts if p.get("value") is not None]
+                xs = [a for a, _ in pts]
+                ys = [p["value"] for _, p in pts]
+                err = [[p["value"] - p["lo"] for _, p in pts], [p["hi"] - p["value"] for _, p in pts]]
+                ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=f"{arm} {v}")
+    length = json.loads((ROOT / args.arms[0] / "curve.json").read_text())["rounds"][0]["metrics"][args.set]["length_only"]
+    for ax, label in zip(axes, ("training records (cumulative)", "training CPU-minutes (cumulative, 2 cores)")):
+        ax.axhline(length, ls="--", c="grey", label="response length alone")
+        ax.axhline(0, c="black", lw=0.5)
+        ax.set_xlabel(label)
+    axes[0].set_ylabel(f"Pearson with GPT-4 on {args.set} (95% CI)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--arm", required=True)
+    r.add_argument("--rounds", type=lambda s: [int(x) for x in s.split(",")], required=True)
+    r.add_argument("--set", action="append", default=[], help="train config override key=value")
+    for name in ("table", "plot"):
+        q = sub.add_parser(name)
+        q.add_argument("--arms", type=lambda s: s.split(","), required=True)
+        q.add_argument("--set", default="heldout")
+        q.add_argument("--variant", default="score_only")
+        q.add_argument("--variants", type=lambda s: s.split(","), default=["score_only"])
+        q.add_argument("--forgetting", default="vicuna_bench")
+        q.add_argument("--out", default="docs/img/learning_curve.png")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.cmd == "run":
+        run(args)
+    elif args.cmd == "table":
+        print(table(args), end="")
+    else:
+        plot(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
