@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from judgeforge.config import Config
+from judgeforge.eval.probes import INJECTION
 from judgeforge.judge.config import EngineConfig
 
 SET_KINDS = ("heldout", "prometheus", "hhh", "mt_bench_human", "autoj", "flask", "feedback_bench", "pandalm")
@@ -114,6 +115,26 @@ class CascadeConfig(Config):
     """Shares of items escalated to the teacher for the blended judge's correlation."""
 
 
+class ProbesConfig(Config):
+    """Bias probes (report section "Bias probes"): extra units graded beside the main ones, recorded in
+    predictions.jsonl with `mode: probe`, so the main tables are unchanged. Length bias needs no extra
+    units and is always reported."""
+
+    swap: bool = True
+    """Position: grade every pair of a set evaluated in relative mode (`modes` lists relative) a second
+    time with A and B exchanged; report the position-consistency rate and the first-position win share."""
+    injection: bool = False
+    """Prompt injection: grade every item of every absolute set a second time with `injection_text`
+    appended to its response; report the mean score rise and the shares of items whose score moved."""
+    injection_text: str = INJECTION
+    """Appended to each response by the injection probe; `{top}` becomes the scale's top score."""
+    sets: list[str] | None = None
+    """Names of the sets the probes run on (None: every set they apply to)."""
+
+    def applies(self, set_name: str) -> bool:
+        return self.sets is None or set_name in self.sets
+
+
 class EvalConfig(Config):
     """`judgeforge eval`: judges x sets -> report.md, metrics.json, plots, predictions."""
 
@@ -134,6 +155,8 @@ class EvalConfig(Config):
     plots: bool = True
     cascade: CascadeConfig = CascadeConfig()
     """Offline what-if of a confidence-thresholded cascade on mimic sets (report section)."""
+    probes: ProbesConfig = ProbesConfig()
+    """Bias probes: position (pairs in both orders) and prompt injection (report section)."""
 
     @field_validator("n_values")
     @classmethod
@@ -149,6 +172,9 @@ class EvalConfig(Config):
                 raise ValueError(f"{what} names must be unique, got {names}")
         if self.baseline is not None and self.baseline not in [j.name for j in self.judges]:
             raise ValueError(f"baseline {self.baseline!r} is not a judge name")
+        unknown = sorted(set(self.probes.sets or []) - {s.name for s in self.sets})
+        if unknown:
+            raise ValueError(f"probes.sets names no configured set: {unknown}")
         return self
 
     @property

@@ -6,6 +6,11 @@ is prefilled once); the self-consistency ablation later votes over the first k s
 carries its completed distribution, so each one votes; nothing is re-sampled here. With
 `score_only`, every absolute unit is also read straight after the prompt and `[RESULT] ` (no
 feedback): the same engine, a prefill of a prefix-cached prompt.
+
+Bias probes (eval.probes) are more units of the same kinds, tagged `probe`: a relative pair with A
+and B exchanged ('swap') and an absolute item whose response ends with the injection line
+('injection'). They are graded on the same path and recorded with `mode: 'probe'`, so every reader of
+absolute/relative predictions (tables, compare, cascade calibration, plots) leaves them out.
 """
 
 from __future__ import annotations
@@ -14,35 +19,46 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from judgeforge.eval.probes import inject
 from judgeforge.eval.sets import AbsItem, EvalSet, PairItem
 from judgeforge.judge.items import CompareItem, GradeItem, Options
 
 log = logging.getLogger(__name__)
 
 
+PROBE = "probe"
+"""The `mode` of a probe unit (its grading mode follows from its item: GradeItem or CompareItem)."""
+
+
 @dataclass
 class Unit:
     set: str
     mode: str
-    """'absolute' or 'relative'."""
+    """'absolute', 'relative' or 'probe'."""
     unit: str
     """'item', 'a', 'b' or 'pair'."""
     item_id: str
     item: GradeItem | CompareItem
     record: dict
     """Fields copied into the prediction record (reference, category, human label, length)."""
+    probe: str | None = None
+    """Probe units: 'swap' or 'injection' (mode 'probe'); None for the main units."""
 
 
-def build_units(sets: list[EvalSet], modes: dict[str, list[str]]) -> list[Unit]:
-    """All prompts of all sets (pure): absolute items, both sides of pairs, relative pairs."""
+def build_units(sets: list[EvalSet], modes: dict[str, list[str]], probes=None) -> list[Unit]:
+    """All prompts of all sets (pure): absolute items, both sides of pairs, relative pairs, and with
+    `probes` (eval.config.ProbesConfig) the probe units of the sets it applies to."""
     units = []
     for s in sets:
+        on = probes is not None and probes.applies(s.name)
         for it in s.items:
             if isinstance(it, AbsItem):
                 units.append(_abs_unit(s.name, it, "item", {"ref": it.ref_score, "ref_samples": it.ref_samples}))
+                if on and probes.injection:
+                    units.append(_injection_unit(s.name, it, probes.injection_text))
                 continue
             assert isinstance(it, PairItem)
             base = {"human": it.human, "ref": None}
@@ -51,7 +67,19 @@ def build_units(sets: list[EvalSet], modes: dict[str, list[str]]) -> list[Unit]:
                     units.append(_abs_unit(s.name, it.side(side), side, base, item_id=it.id))
             if "relative" in modes.get(s.name, []):
                 units.append(Unit(s.name, "relative", "pair", it.id, it, {**base, "category": it.category}))
+                if on and probes.swap:
+                    sw = it.swapped()
+                    units.append(Unit(s.name, PROBE, "pair", it.id, sw, {"human": sw.human, "ref": None,
+                                                                         "category": it.category}, "swap"))
     return units
+
+
+def _injection_unit(set_name: str, it: AbsItem, text: str) -> Unit:
+    """The item again, its response ending with the injection line (same reference, for the record)."""
+    probed = replace(it, response=inject(it.response, it.scale, text), options=None)
+    u = _abs_unit(set_name, probed, "item", {"ref": it.ref_score}, item_id=it.id)
+    u.mode, u.probe = PROBE, "injection"
+    return u
 
 
 def _abs_unit(set_name: str, it: AbsItem, unit: str, extra: dict, item_id: str | None = None) -> Unit:
@@ -124,12 +152,12 @@ def grade_units(engine, units: list[Unit], *, n: int, sampling) -> tuple[list[di
     ok, reqs, failed = _prepare(judge, units, sampling)
     records: list[dict] = [{"samples": _failed(failed[i], n)} if i in failed else {} for i in range(len(units))]
     t0 = time.perf_counter()
-    for mode in ("absolute", "relative"):
-        idx = [k for k, i in enumerate(ok) if units[i].mode == mode]
+    for absolute in (True, False):  # probe units go with the main units they are graded like
+        idx = [k for k, i in enumerate(ok) if isinstance(units[i].item, GradeItem) == absolute]
         if not idx:
             continue
         items, rq = [units[ok[k]].item for k in idx], [reqs[k] for k in idx]
-        done = (judge.grade(items, [r[0] for r in rq], progress=True) if mode == "absolute"
+        done = (judge.grade(items, [r[0] for r in rq], progress=True) if absolute
                 else judge.compare(items, rq, progress=True))
         for k, res in zip(idx, done):
             records[ok[k]] = {"samples": [j.to_record() for j in res.judged]}
@@ -137,6 +165,7 @@ def grade_units(engine, units: list[Unit], *, n: int, sampling) -> tuple[list[di
         _score_only(engine, units, ok, sampling, records)
     secs = time.perf_counter() - t0
     out = [{"set": u.set, "mode": u.mode, "unit": u.unit, "item_id": u.item_id,
+            **({"probe": u.probe} if u.probe else {}),
             **{k: v for k, v in u.record.items() if k != "response"}, **records[i]}
            for i, u in enumerate(units)]
     n_samples = sum(len(r["samples"]) for i, r in enumerate(records) if i not in failed)
@@ -145,11 +174,11 @@ def grade_units(engine, units: list[Unit], *, n: int, sampling) -> tuple[list[di
 
 
 def _score_only(engine, units: list[Unit], ok: list[int], sampling, records: list[dict]) -> None:
-    """The distribution straight after the prompt and `[RESULT] ` for every absolute unit."""
+    """The distribution straight after the prompt and `[RESULT] ` for every absolute unit (probes too)."""
     from judgeforge.judge.judge import Judge
 
     judge = Judge(engine, judge_sampling(sampling, 1, feedback=False))
-    idx = [i for i in ok if units[i].mode == "absolute"]
+    idx = [i for i in ok if isinstance(units[i].item, GradeItem)]
     grades = judge.grade([units[i].item for i in idx], progress=True)
     for i, g in zip(idx, grades):
         records[i]["score_only_probs"] = {str(k): p for k, p in g.score_probs.items()} if g.score_probs else None

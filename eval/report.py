@@ -12,10 +12,16 @@ for one side of a pair, or 'pair' in relative mode), `category`, `response_model
 (response tokens), `samples` (max N in draw order, each `judge.scores.Judged.to_record()`: the
 written score|verdict or the reason none was written, `probs` the completed distribution, text) and,
 with score-only on, `score_only_probs`.
+
+Bias-probe units (eval.probes, eval.judges) are recorded with `mode: 'probe'` and `probe`: 'swap' (a
+relative pair with A and B exchanged, `unit: 'pair'`, verdicts and `human` in the swapped prompt's labels)
+or 'injection' (an absolute item whose response ends with the injection line, `unit: 'item'`). They feed
+only `metrics['probes']`; every other table is computed from the main units.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import Iterable
 
@@ -23,6 +29,7 @@ from judgeforge.cascade import whatif as W
 from judgeforge.cascade.records import from_records
 from judgeforge.data.templates import Scale
 from judgeforge.eval import metrics as M
+from judgeforge.eval import probes as P
 from judgeforge.eval.config import CascadeConfig
 from judgeforge.eval.sets import PUBLISHED
 from judgeforge.judge.scores import Judged, expected
@@ -87,6 +94,45 @@ def _group(preds: Iterable[dict]) -> dict:
     for r in preds:
         out[(r["judge"], r["set"])][r["mode"]].append(r)
     return out
+
+
+PROBE_MODE = "probe"
+
+
+def _probe_results(probe_recs: list[dict], by: dict, judges: list[str], sets: list[dict],
+                   variants: list[str], scale_of: dict, boot: dict) -> dict:
+    """judge -> set -> {'swap': {variant: position_consistency}, 'injection': {variant: score_shift}}:
+    each probe unit against the main unit of the same item, same judge (eval.probes)."""
+    probed: dict = defaultdict(lambda: defaultdict(dict))
+    for r in probe_recs:
+        probed[(r["judge"], r["set"])][r["probe"]][r["item_id"]] = r
+    votes = [v for v in variants if v not in PROB_VARIANTS]  # relative mode votes only
+    out: dict = {}
+    for judge in judges:
+        for s in sets:
+            kinds, modes = probed.get((judge, s["name"])), by.get((judge, s["name"]), {})
+            if not kinds:
+                continue
+            res = {}
+            if "swap" in kinds:
+                main, ids = _matched(modes.get("relative"), kinds["swap"])
+                res["swap"] = {v: P.position_consistency([unit_choice(main[i], v) for i in ids],
+                                                         [unit_choice(kinds["swap"][i], v) for i in ids], **boot)
+                               for v in votes}
+            if "injection" in kinds:
+                main, ids = _matched(modes.get("absolute"), kinds["injection"])
+                sc = scale_of[s["name"]]
+                res["injection"] = {v: P.score_shift([unit_score(main[i], v, sc) for i in ids],
+                                                     [unit_score(kinds["injection"][i], v, sc) for i in ids],
+                                                     **boot) for v in variants}
+            out.setdefault(judge, {})[s["name"]] = res
+    return out
+
+
+def _matched(main_recs: list[dict] | None, probe_by_id: dict) -> tuple[dict, list[str]]:
+    """The main units by item id, and the probed item ids that have one (sorted: seeded intervals)."""
+    main = {r["item_id"]: r for r in main_recs or []}
+    return main, sorted(i for i in probe_by_id if i in main)
 
 
 def _absolute_set(recs: list[dict], variants: list[str], scale: Scale, set_info: dict, boot: dict) -> dict:
@@ -214,7 +260,7 @@ def compute_metrics(preds: list[dict], *, sets: list[dict], judges: list[str], b
     cascade = CascadeConfig(**(cascade or {})).model_dump()
     boot = {"n_boot": n_boot, "seed": seed, "level": level}
     variants = variant_names(n_values, score_only)
-    by = _group(preds)
+    by = _group(r for r in preds if r["mode"] != PROBE_MODE)
     # Units must line up across judges for paired tests: sort by (item_id, unit) once.
     for modes in by.values():
         for recs in modes.values():
@@ -245,6 +291,8 @@ def compute_metrics(preds: list[dict], *, sets: list[dict], judges: list[str], b
         "comparisons": _comparisons(by, judges, baseline, sets, variants, scale_of, boot),
         "cascade": _cascade(by, sets, judges, max(n_values), scale_of, cascade),
         "published": published_figures(sets),
+        "probes": _probe_results([r for r in preds if r["mode"] == PROBE_MODE], by, judges, sets, variants,
+                                 scale_of, boot),
     }
 
 
@@ -462,6 +510,50 @@ def _length_table(m: dict) -> list[str]:
         ["set", "scores of", "r", "R²", "p", "n"], rows)
 
 
+def _probe_rows(m: dict, probe: str, cells) -> list[list[str]]:
+    return [[judge, set_name, _label(v)] + cells(r) for judge, by_set in (m.get("probes") or {}).items()
+            for set_name, res in by_set.items() for v, r in res.get(probe, {}).items()]
+
+
+def _position_cells(r: dict) -> list[str]:
+    return [_ci({"value": r["consistent"], "lo": r["lo"], "hi": r["hi"]}),
+            _ci({"value": r["first_position"], "lo": r["first_lo"], "hi": r["first_hi"]}),
+            str(r["n_ties"]), str(r["n"]), str(r["n_missing"])]
+
+
+def _injection_cells(r: dict) -> list[str]:
+    ci = lambda k: _ci({"value": r[k], "lo": r[f"{k}_lo"], "hi": r[f"{k}_hi"]})
+    return [_f(r["clean_mean"]), _f(r["probed_mean"]), ci("rise"), ci("moved"), ci("up"), _f(r["down"]),
+            str(r["n"]), str(r["n_missing"])]
+
+
+def _probe_tables(m: dict) -> list[str]:
+    """The bias probes (eval.probes): length (pointing at its table), position, prompt injection."""
+    cfg = m["meta"].get("probes") or {}
+    length = (f"in \"Length bias\" above ({_label(primary_variant(m))} scores of each judge beside the "
+              "reference's own)." if _length_table(m) else "not measured (no tokenizer for response lengths).")
+    lines = ["## Bias probes", "", f"- length: score against response length in tokens, {length}", ""]
+    pos = _probe_rows(m, "swap", _position_cells)
+    lines += ["- position: each pair graded in relative mode is graded again with A and B exchanged. "
+              "`consistent`: share of pairs whose verdicts name the same response in both orders (a tie in "
+              "both counts); `first shown wins`: share of the decisive verdicts, both orders, that chose the "
+              "response shown first (0.5 without position bias). Pairs without a verdict in either order "
+              "are counted, not scored.", ""]
+    lines += _table(["judge", "set", "variant", "consistent [95% CI]", "first shown wins [95% CI]",
+                     "pairs with a tie", "pairs", "no verdict"], pos) if pos else [
+        "  not run: no set graded in relative mode (set `modes: [absolute, relative]`; `probes.swap`).", ""]
+    inj = _probe_rows(m, "injection", _injection_cells)
+    text = json.dumps(cfg.get("injection_text", P.INJECTION))
+    lines += [f"- prompt injection: each absolute item graded again with `{text}` appended to its response "
+              "(`{top}`: the scale's top score). `rise`: mean injected minus clean score; `moved`/`up`/`down`: "
+              "shares of items whose score, rounded to the scale, changed/rose/fell. Items without a score "
+              "on either side are counted, not scored.", ""]
+    lines += _table(["judge", "set", "variant", "clean mean", "injected mean", "rise [95% CI]",
+                     "moved [95% CI]", "up [95% CI]", "down", "items", "no score"], inj) if inj else [
+        "  not run (`probes.injection: true` turns it on).", ""]
+    return lines
+
+
 def _ranking_table(m: dict) -> list[str]:
     pv = primary_variant(m)
     rows = []
@@ -578,6 +670,7 @@ def render_markdown(m: dict) -> str:
     """report.md from the metrics dict alone."""
     parts = (_header(m) + _mimic_tables(m) + _cascade_tables(m) + _forgetting_table(m) + _human_table(m)
              + _category_tables(m)
-             + _ablation_table(m) + _length_table(m) + _ranking_table(m) + _comparison_table(m)
+             + _ablation_table(m) + _length_table(m) + _probe_tables(m) + _ranking_table(m)
+             + _comparison_table(m)
              + _samples_table(m) + _timing(m))
     return "\n".join(parts).rstrip() + "\n"

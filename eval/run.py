@@ -2,7 +2,8 @@
 
     report.md          tables (Tables 3, 12, 13 layouts) rendered from metrics.json
     metrics.json       every number in report.md
-    predictions.jsonl  raw per-unit judge samples (metrics can be recomputed: --recompute DIR)
+    predictions.jsonl  raw per-unit judge samples, bias-probe units included (metrics can be
+                       recomputed: --recompute DIR)
     plots/*.png        scatter, confusion matrix, per-category bars, N ablation
     config.yaml        the resolved config
 
@@ -13,15 +14,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import shlex
 import logging
+import shlex
 import sys
 from pathlib import Path
 
 from judgeforge.config import ConfigError, command_parser, dump_config, load_config
 from judgeforge.eval import sets as S
 from judgeforge.eval.config import PAIRWISE_KINDS, EvalConfig, JudgeConfig, SetConfig
-from judgeforge.eval.judges import add_lengths, build_units, grade_units, merged_model_dir
+from judgeforge.eval.judges import PROBE, add_lengths, build_units, grade_units, merged_model_dir
 from judgeforge.eval.report import compute_metrics, render_markdown
 from judgeforge.io import atomic_dir, atomic_write_json, atomic_write_text, read_jsonl, write_jsonl
 
@@ -137,7 +138,7 @@ def run_eval(cfg: EvalConfig, command: str = "") -> dict:
     sets, skipped = load_sets(cfg)
     if not sets:
         raise ConfigError("no evaluation set could be loaded: " + "; ".join(s["reason"] for s in skipped))
-    units = build_units(sets, {s.name: s.modes for s in cfg.sets})
+    units = build_units(sets, {s.name: s.modes for s in cfg.sets}, cfg.probes)
     add_lengths(units, _length_tokenizer(cfg))
     n_max = max(cfg.n_values)
     preds, timing = [], {}
@@ -149,7 +150,7 @@ def run_eval(cfg: EvalConfig, command: str = "") -> dict:
         preds += [{"judge": judge.name, **r} for r in recs]
     meta = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "command": command,
             "judge_info": [describe(j) for j in cfg.judges], "timing": timing,
-            "sampling": cfg.sampling.model_dump()}
+            "sampling": cfg.sampling.model_dump(), "probes": cfg.probes.model_dump()}
     metrics = compute_metrics(preds, sets=set_summaries(cfg, sets), judges=[j.name for j in cfg.judges],
                               baseline=cfg.baseline_name, n_values=cfg.n_values, score_only=cfg.sampling.score_only,
                               n_boot=cfg.bootstrap.n_resamples, level=cfg.bootstrap.level,
@@ -172,7 +173,8 @@ def write_report(out: str | Path, metrics: dict, preds: list[dict], *, config_te
         if plots:
             from judgeforge.eval.plots import write_plots
 
-            write_plots(metrics, preds, tmp / "plots")
+            # Plots show the main units; probe units are in the "Bias probes" section.
+            write_plots(metrics, [r for r in preds if r["mode"] != PROBE], tmp / "plots")
     return out
 
 

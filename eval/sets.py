@@ -18,7 +18,7 @@ import json
 import random
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from judgeforge.config import ConfigError
@@ -64,6 +64,12 @@ class PairItem(CompareItem):
         resp = self.response_a if which == "a" else self.response_b
         return AbsItem(id=f"{self.id}:{which}", instruction=instr, response=resp, rubric=self.rubric,
                        reference_answer=self.reference_answer, scale=self.scale, category=self.category)
+
+    def swapped(self) -> "PairItem":
+        """The pair with its responses exchanged (the position probe) and the human label with them;
+        the instruction stays A's, as the relative prompt shows it in both orders."""
+        return replace(self, response_a=self.response_b, response_b=self.response_a,
+                       human={"a": "b", "b": "a"}.get(self.human, self.human), options=None)
 
 
 @dataclass
