@@ -135,6 +135,21 @@ class ProbesConfig(Config):
         return self.sets is None or set_name in self.sets
 
 
+class TrackingConfig(Config):
+    """Experiment tracking, as `judgeforge train` has it: the report's metrics, main tables and plots
+    logged to Weights & Biases after the report is written."""
+
+    wandb: bool = False
+    """Log to Weights & Biases (offline unless WANDB_API_KEY is set; WANDB_MODE=disabled turns it off)."""
+    project: str = "judgeforge"
+    """wandb project."""
+    run_name: str | None = None
+    """wandb run name (default: the out dir's name)."""
+    group: str | None = None
+    """wandb run group: give a continual round's training (train's `tracking.group`) and its
+    evaluation the same group. None: WANDB_RUN_GROUP if set, else no group."""
+
+
 class EvalConfig(Config):
     """`judgeforge eval`: judges x sets -> report.md, metrics.json, plots, predictions."""
 
@@ -157,6 +172,8 @@ class EvalConfig(Config):
     """Offline what-if of a confidence-thresholded cascade on mimic sets (report section)."""
     probes: ProbesConfig = ProbesConfig()
     """Bias probes: position (pairs in both orders) and prompt injection (report section)."""
+    tracking: TrackingConfig = TrackingConfig()
+    """Weights & Biases logging of the report (off by default)."""
 
     @field_validator("n_values")
     @classmethod

@@ -6,6 +6,7 @@
                        recomputed: --recompute DIR)
     plots/*.png        scatter, confusion matrix, per-category bars, N ablation
     config.yaml        the resolved config
+    wandb/             with `tracking.wandb`: the wandb run (offline unless WANDB_API_KEY is set)
 
 The directory is written atomically: a failed run leaves no half report.
 """
@@ -16,6 +17,7 @@ import datetime as dt
 import json
 import logging
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -157,12 +159,17 @@ def run_eval(cfg: EvalConfig, command: str = "") -> dict:
                               seed=cfg.bootstrap.seed, meta=meta, skipped=skipped,
                               cascade=cfg.cascade.model_dump())
     write_report(cfg.out, metrics, preds, config_text=dump_config(cfg), plots=cfg.plots)
+    if cfg.tracking.wandb:
+        from judgeforge.eval.tracking import log_report  # wandb is heavy: only when asked for
+
+        log_report(cfg.out, metrics, cfg.tracking, config=cfg.model_dump(mode="json"))
     return metrics
 
 
 def write_report(out: str | Path, metrics: dict, preds: list[dict], *, config_text: str | None,
                  plots: bool = True) -> Path:
-    """report.md, metrics.json, predictions.jsonl, plots/, config.yaml, all or nothing."""
+    """report.md, metrics.json, predictions.jsonl, plots/, config.yaml, all or nothing. A `wandb/`
+    directory already there (earlier tracked runs) is carried over."""
     out = Path(out)
     with atomic_dir(out) as tmp:
         atomic_write_json(tmp / "metrics.json", metrics)
@@ -175,6 +182,8 @@ def write_report(out: str | Path, metrics: dict, preds: list[dict], *, config_te
 
             # Plots show the main units; probe units are in the "Bias probes" section.
             write_plots(metrics, [r for r in preds if r["mode"] != PROBE], tmp / "plots")
+        if (out / "wandb").is_dir():
+            shutil.copytree(out / "wandb", tmp / "wandb", symlinks=True)
     return out
 
 

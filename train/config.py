@@ -132,6 +132,9 @@ class TrackingSection(Config):
     """wandb project."""
     run_name: str | None = None
     """wandb run name (default: the out dir's name)."""
+    group: str | None = None
+    """wandb run group (set as WANDB_RUN_GROUP): give a continual round's training and its
+    evaluation (eval's `tracking.group`) the same group. None: WANDB_RUN_GROUP if set, else none."""
     logging_steps: int = 1
     """Log the train loss every this many steps (the loss curve's resolution)."""
     eval_steps: int | None = None

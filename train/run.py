@@ -129,6 +129,8 @@ def _setup_tracking(cfg: TrainConfig, out: Path) -> None:
         os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_PROJECT", cfg.tracking.project)
     os.environ.setdefault("WANDB_DIR", str(out))
+    if cfg.tracking.group:  # the HF wandb callback takes the group from the environment only
+        os.environ["WANDB_RUN_GROUP"] = cfg.tracking.group
     out.mkdir(parents=True, exist_ok=True)
 
 

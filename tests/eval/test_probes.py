@@ -9,12 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from judgeforge.config import load_config
 from judgeforge.data.templates import Scale
 from judgeforge.eval import probes as P
 from judgeforge.eval import run as R
-from judgeforge.eval.config import EvalConfig
-from judgeforge.judge.engines import JudgeEngine, Sample
 
 BOOT = {"n_boot": 200, "seed": 3}
 
@@ -130,59 +127,11 @@ def test_score_shift_of_a_constant_move(clean, k):
         assert r["rise_lo"] == pytest.approx(k) and r["rise_hi"] == pytest.approx(k)
 
 
-# ---------------------------------------------------------------- wiring, on a biased engine
+# ---------------------------------------------------------------- wiring, on a biased engine (conftest.py)
 
 
-class BiasedEngine(JudgeEngine):
-    """Obeys the injection line (top score) and always prefers the response shown first; otherwise a
-    stable per-prompt score. Every sample carries completed log-probabilities, as real engines do."""
-
-    kind = "biased"
-
-    def __init__(self, cfg):
-        self.model_name = cfg.model
-
-    def prepare(self, req):
-        return req
-
-    def generate(self, requests):
-        return [[self._sample(req) for _ in range(req.n)] for req in requests]
-
-    def _sample(self, req):
-        prompt = req.messages[-1]["content"]
-        if "###Response A" in prompt:
-            return Sample(text="A is better. [RESULT] A", finish_reason="stop", choice_logprobs={"A": -0.1, "B": -2.4})
-        s = 5 if "must get the top score" in prompt else 1 + sum(map(ord, prompt[-300:])) % 4
-        lps = {c: -4.0 for c in req.choices} | {str(s): -0.1}
-        return Sample(text="" if not req.feedback else f"Fine. [RESULT] {s}",
-                      finish_reason="score_only" if not req.feedback else "stop", choice_logprobs=lps)
-
-
-@pytest.fixture
-def biased_engine(monkeypatch):
-    import judgeforge.judge.engines as E
-
-    monkeypatch.setattr(E, "build_engine", lambda cfg: BiasedEngine(cfg))
-    monkeypatch.setattr(R, "_length_tokenizer", lambda cfg: _WordTok())
-
-
-class _WordTok:
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": text.split()}
-
-
-def probe_config(tmp_path, vendor, *extra) -> EvalConfig:
-    pv = vendor / "prometheus-eval"
-    return load_config(EvalConfig, None, [
-        f"out={tmp_path / 'report'}", "n_values=[1, 2]", "bootstrap.n_resamples=100", "plots=false",
-        "sampling.score_only=true", "probes.injection=true", "judges=[{name: base, engine: {model: m}}]",
-        "sets=[{name: vicuna, kind: prometheus, path: " + str(pv / "vicuna_eval.json") + ", max_items: 8},"
-        " {name: hhh, kind: hhh, path: " + str(pv / "hhh_alignment_eval.json") + ", max_items: 6,"
-        " modes: [absolute, relative]}]", *extra])
-
-
-def test_probes_are_graded_recorded_and_reported(tmp_path, vendor, biased_engine):
-    m = R.run_eval(probe_config(tmp_path, vendor))
+def test_probes_are_graded_recorded_and_reported(tmp_path, probe_config):
+    m = R.run_eval(probe_config())
     out = tmp_path / "report"
     preds = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
     probes = [p for p in preds if p["mode"] == "probe"]
@@ -211,15 +160,15 @@ def test_probes_are_graded_recorded_and_reported(tmp_path, vendor, biased_engine
     assert R.recompute(out, plots=False)["probes"] == m["probes"]
 
 
-def test_probes_off_and_restricted(tmp_path, vendor, biased_engine):
-    m = R.run_eval(probe_config(tmp_path, vendor, "probes.injection=false", "probes.swap=false"))
+def test_probes_off_and_restricted(tmp_path, probe_config):
+    m = R.run_eval(probe_config("probes.injection=false", "probes.swap=false"))
     assert m["probes"] == {}
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Bias probes" in report and "`probes.injection: true` turns it on" in report
-    m = R.run_eval(probe_config(tmp_path, vendor, "probes.sets=[hhh]"))
+    m = R.run_eval(probe_config("probes.sets=[hhh]"))
     assert set(m["probes"]["base"]) == {"hhh"}
     with pytest.raises(Exception, match="probes.sets"):
-        probe_config(tmp_path, vendor, "probes.sets=[nope]")
+        probe_config("probes.sets=[nope]")
 
 
 def test_swapped_pair_exchanges_responses_and_label():
