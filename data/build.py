@@ -142,7 +142,8 @@ def _read_sources(cfg: BuildConfig, pool: Pool, spool: Spool):
             raise ConfigError(f"two sources are named {name!r}; give them distinct `name`s")
         c = counts[name] = SourceCounts()
         ctx = make_context(src.format, name, src.scale, src.judge_model, cfg.check_feedback_score, src.columns,
-                           src.rubric_preset, src.prompt_name, src.swap, src.pair_inconsistent)
+                           src.rubric_preset, src.prompt_name, src.swap, src.pair_inconsistent,
+                           src.ties)
         parse = PARSERS[src.format]
         records, local, described = open_input(src, marks)
         inputs.append({"name": name, "format": src.format, "path": src.path, **described,

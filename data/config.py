@@ -56,6 +56,12 @@ class SourceConfig(Config):
     pair_inconsistent: Literal["reject", "keep_first", "keep"] = "reject"
     """FastChat pair logs whose two game orders pick different winners: reject both games (reason
     pair_inconsistent), keep_first (game 1; game 2 rejected) or keep both."""
+    ties: Literal["reject", "split"] = "reject"
+    """Pairwise sources: a tied judgment has no A/B target. reject: rejected with reason `tie`.
+    split: kept as two records of the same order, verdict A and verdict B (`extra.tie: true`), so the
+    judge learns P(A) = P(B) for that pair and no position preference; a split tie counts as two
+    records read (like `swap`), and `swap` then adds both in the other order too. There is no plain
+    `keep`: a relative record's target must be A or B."""
 
     @field_validator("scale")
     @classmethod
@@ -74,6 +80,9 @@ class SourceConfig(Config):
                 raise ValueError(f"jsonl source {self.path!r} needs columns for {sorted(missing)}")
         if self.prompt_name and self.format != "fastchat":
             raise ValueError(f"prompt_name is a fastchat option; source {self.path!r} is {self.format}")
+        pairwise = self.format in ("fastchat", "alpaca_eval") or "response_a" in self.columns
+        if self.ties != "reject" and not pairwise:
+            raise ValueError(f"ties is a pairwise option; source {self.path!r} ({self.format}) holds no pairs")
         return self
 
     def column_warnings(self) -> list[str]:

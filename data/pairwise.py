@@ -2,9 +2,15 @@
 
 A `PairJudgment` is one judge's choice between two responses to one instruction, in one order
 (A, B). Its SFT record holds the released Prometheus-2 relative prompt (data.templates) and the
-target `feedback [RESULT] A|B`. Relative grading has only A and B, so a tie is no target: tied
-judgments are rejected with reason `tie`. A judgment without a rationale gets the target
-`[RESULT] A` alone and `verdict_only: true` in its record.
+target `feedback [RESULT] A|B`. A judgment without a rationale gets the target `[RESULT] A` alone
+and `verdict_only: true` in its record.
+
+Ties (source option `ties`): relative grading has only A and B, so a tie is no target of its own.
+`reject` (default) rejects it with reason `tie`. `split` keeps it as two records of the SAME order,
+one with verdict A and one with verdict B (`extra.tie: true`): trained together they teach
+P(A) = P(B) = 1/2 for that prompt, which is what a tie means, and no position preference (the
+alternative of one record per order, both "A", would teach "the first wins"). A split tie read
+once counts as two records read, like a swapped pair; both are kept (or rejected) on their own.
 
 Readers (each returns `(sample_idx, PairJudgment | Reject)` entries, like data.parsers):
 - FastChat pair logs (MT-Bench `gpt-4_pair.jsonl`): one line holds two games, g1 (model_1 as A) and
@@ -31,6 +37,7 @@ from judgeforge.data.validate import (EMPTY_RESPONSE, MISSING_FIELD, PAIR_INCONS
                                       require_text)
 
 PAIR_INCONSISTENT_POLICIES = ("reject", "keep_first", "keep")
+TIE_POLICIES = ("reject", "split")
 
 
 @dataclass(slots=True)
@@ -42,7 +49,7 @@ class PairJudgment:
     feedback: str
     """The judge's rationale without its verdict; empty when the source has none (verdict_only)."""
     verdict: str
-    """'A' or 'B'."""
+    """'A' or 'B' ('tie' only between a parser and `split_ties`, never in a record)."""
     reference_answer: str | None = None
     response_model_a: str = "unknown"
     response_model_b: str = "unknown"
@@ -136,6 +143,28 @@ def swapped(j: PairJudgment) -> PairJudgment:
                    extra={**j.extra, "swapped": True})
 
 
+def split_ties(entries: list) -> list:
+    """Each tied judgment as two, verdict A then B, same order; entries renumbered in sequence when
+    any was split (unchanged otherwise, so builds without ties stay byte-identical)."""
+    if not any(isinstance(res, PairJudgment) and res.verdict == "tie" for _, res in entries):
+        return entries
+    out: list = []
+    for _, res in entries:
+        if isinstance(res, PairJudgment) and res.verdict == "tie":
+            halves = [replace(res, verdict=v, extra={**res.extra, "tie": True}) for v in ("A", "B")]
+        else:
+            halves = [res]
+        for h in halves:
+            k = len(out)
+            out.append((k, h if isinstance(h, Reject) else replace(h, sample_idx=k)))
+    return out
+
+
+def expand(entries: list, ctx) -> list:
+    """A parser's judgments with the source's tie policy (`split`) and swap augmentation applied."""
+    return with_swaps(split_ties(entries), ctx.swap)
+
+
 def with_swaps(entries: list, swap: bool) -> list:
     """Each kept judgment followed by its swapped copy when `swap` (rejects stay single)."""
     if not swap:
@@ -148,11 +177,12 @@ def with_swaps(entries: list, swap: bool) -> list:
     return out
 
 
-def _decisive(verdict: str | None, what: str) -> str:
+def _decisive(verdict: str | None, what: str, ties: str = "reject") -> str:
+    """'A', 'B', or 'tie' when the tie policy keeps ties (`split_ties` resolves them)."""
     if verdict is None:
         raise Reject(UPSTREAM_PARSE_FAILURE, f"{what}: no A/B verdict")
-    if verdict == "tie":
-        raise Reject(TIE, f"{what}: tie (relative grading targets only A or B)")
+    if verdict == "tie" and ties != "split":
+        raise Reject(TIE, f"{what}: tie (relative grading targets only A or B; ties: split keeps it)")
     return verdict
 
 
@@ -186,7 +216,8 @@ def _fastchat_game(obj: dict, g: int, ctx) -> PairJudgment:
     if winner not in _FC_WINNER:
         raise Reject(UPSTREAM_PARSE_FAILURE, f"g{g}_winner {winner!r}")
     first, second = (obj["model_1"], obj["model_2"]) if g == 1 else (obj["model_2"], obj["model_1"])
-    verdict = _decisive({first: "A", second: "B"}.get(obj[winner]) if winner != "tie" else "tie", f"game {g}")
+    verdict = _decisive({first: "A", second: "B"}.get(obj[winner]) if winner != "tie" else "tie", f"game {g}",
+                        ctx.ties)
     m = _FC_PAIR_RE.match(require_text(obj.get(f"g{g}_user_prompt"), f"g{g}_user_prompt"))
     if m is None:
         raise Reject(UNPARSEABLE_PROMPT, f"g{g}_user_prompt is not a FastChat single-turn pair prompt")
@@ -216,11 +247,12 @@ def parse_fastchat_pair(obj: dict, ctx) -> list:
     w1, w2 = obj.get("g1_winner"), obj.get("g2_winner")
     # Only two real decisions can disagree: a game FastChat could not parse ("error") leaves the other alone.
     if w1 == w2 or w1 not in _FC_WINNER or w2 not in _FC_WINNER or ctx.pair_inconsistent == "keep":
-        return games
+        return split_ties(games)
     detail = f"g1_winner {w1!r} vs g2_winner {w2!r} (swapped order)"
     drop = (0, 1) if ctx.pair_inconsistent == "reject" else (1,)
-    return [(i, Reject(PAIR_INCONSISTENT, detail) if i in drop and not isinstance(res, Reject) else res)
-            for i, res in games]
+    games = [(i, Reject(PAIR_INCONSISTENT, detail) if i in drop and not isinstance(res, Reject) else res)
+             for i, res in games]
+    return split_ties(games)
 
 
 # --- AlpacaEval annotations ------------------------------------------------------------------
@@ -246,7 +278,8 @@ def parse_alpaca_eval(obj: dict, ctx) -> list:
             instruction = f"{instruction}\n\n{obj['input']}"
         a = require_text(obj.get("output_1"), "output_1", EMPTY_RESPONSE)
         b = require_text(obj.get("output_2"), "output_2", EMPTY_RESPONSE)
-        verdict = _decisive(_alpaca_preference(obj.get("preference")), f"preference {obj.get('preference')!r}")
+        verdict = _decisive(_alpaca_preference(obj.get("preference")), f"preference {obj.get('preference')!r}",
+                            ctx.ties)
         raw = obj.get("raw_completion")
         feedback = raw.strip() if isinstance(raw, str) and len(raw.strip()) >= _RATIONALE_MIN_CHARS else ""
         j = PairJudgment(instruction=instruction, response_a=a, response_b=b, rubric=_pair_rubric(ctx),
@@ -254,7 +287,7 @@ def parse_alpaca_eval(obj: dict, ctx) -> list:
                          response_model_b=str(obj.get("generator_2") or "unknown"),
                          judge_model=str(obj.get("annotator") or ctx.judge_model), source=ctx.source,
                          extra={"preference": obj.get("preference"), "dataset": obj.get("dataset")})
-        return with_swaps([(0, j)], ctx.swap)
+        return expand([(0, j)], ctx)
     except Reject as e:
         return [(0, e)]
 
@@ -271,7 +304,7 @@ def parse_generic_pair(obj: dict, ctx) -> list:
         return obj.get(col[name]) if name in col else None
 
     try:
-        verdict = _decisive(norm_verdict(get("verdict")), f"verdict {get('verdict')!r}")
+        verdict = _decisive(norm_verdict(get("verdict")), f"verdict {get('verdict')!r}", ctx.ties)
         criteria = get("criteria")
         rubric = Rubric(str(criteria)) if criteria else _pair_rubric(ctx)
         j = PairJudgment(
@@ -284,7 +317,7 @@ def parse_generic_pair(obj: dict, ctx) -> list:
             response_model_b=str(get("response_model_b") or "unknown"),
             judge_model=str(get("judge_model") or ctx.judge_model), source=ctx.source,
             category=optional_text(get("category")))
-        return with_swaps([(0, j)], ctx.swap)
+        return expand([(0, j)], ctx)
     except Reject as e:
         return [(0, e)]
     except (TypeError, ValueError) as e:

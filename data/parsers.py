@@ -39,6 +39,8 @@ class Context:
     """Pairwise: also emit every judgment in the other order (data.pairwise.with_swaps)."""
     pair_inconsistent: str = "reject"
     """FastChat pair logs whose two game orders disagree: reject | keep_first | keep."""
+    ties: str = "reject"
+    """Pairwise ties: reject (reason tie) | split (two records, verdict A and B; data.pairwise.split_ties)."""
 
 
 def make_judgment(ctx: Context, *, instruction: str, response: str, rubric: Rubric, feedback,
@@ -373,8 +375,8 @@ DEFAULT_JUDGES = {"prometheus": "gpt-4"}
 
 def make_context(fmt: str, source: str, scale=None, judge_model=None, check_feedback=True, columns=None,
                  preset: str | None = None, prompt_name: str | None = None, swap: bool = False,
-                 pair_inconsistent: str = "reject") -> Context:
+                 pair_inconsistent: str = "reject", ties: str = "reject") -> Context:
     return Context(source=source, scale=Scale(*scale) if scale else DEFAULT_SCALES.get(fmt, Scale()),
                    judge_model=judge_model or DEFAULT_JUDGES.get(fmt, "unknown"), check_feedback=check_feedback,
                    columns=dict(columns or {}), rubric=rubric_preset(preset) if preset else None,
-                   prompt_name=prompt_name, swap=swap, pair_inconsistent=pair_inconsistent)
+                   prompt_name=prompt_name, swap=swap, pair_inconsistent=pair_inconsistent, ties=ties)

@@ -151,3 +151,76 @@ def test_pair_records_are_training_examples(tmp_path):
     build(None, tmp_path / "b", sources=_src("alpaca_eval", ALPACA))
     ex = to_prompt_completion(read_lines(tmp_path / "b" / "train.jsonl")[0])
     assert [m["role"] for m in ex["prompt"]] == ["system", "user"] and ex["completion"][0]["content"].endswith("[RESULT] A")
+
+
+# --- tie policy (source option `ties`) -----------------------------------------------------------
+
+@pytest.mark.parametrize("ties,swap,read,kept,reasons", [
+    ("reject", False, 4, 2, {"tie": 1, "upstream_parse_failure": 1}),
+    ("split", False, 5, 4, {"upstream_parse_failure": 1}),   # the tie read as two records, both kept
+    ("reject", True, 6, 4, {"tie": 1, "upstream_parse_failure": 1}),
+    ("split", True, 9, 8, {"upstream_parse_failure": 1}),    # 2 decisive x 2 orders + the tie's 2 halves x 2
+])
+def test_tie_policy_counts_add_up(tmp_path, ties, swap, read, kept, reasons):
+    m = build(None, tmp_path / "b", sources=_src("alpaca_eval", ALPACA, ties=ties, swap=swap))
+    _adds_up(m)
+    c = m["counts"]
+    assert (c["read"], c["kept"], c["rejected"], c["by_reason"]) == (read, kept, read - kept, reasons)
+    assert c["per_source"]["alpaca_eval:alpaca_eval_annotations"]["read"] == read
+
+
+def test_split_tie_is_both_verdicts_in_the_same_order(tmp_path):
+    build(None, tmp_path / "b", sources=_src("alpaca_eval", ALPACA, ties="split"))
+    recs = read_lines(tmp_path / "b" / "train.jsonl")
+    tied = [r for r in recs if r["extra"].get("tie")]
+    assert [r["verdict"] for r in tied] == ["A", "B"]
+    a, b = tied
+    # Same prompt, opposite targets: the judge learns P(A) = P(B) for this pair and no position preference.
+    assert a["messages"][:2] == b["messages"][:2] and a["response_a"] == b["response_a"] == "Red."
+    assert a["messages"][-1]["content"].endswith("[RESULT] A") and b["messages"][-1]["content"].endswith("[RESULT] B")
+    assert a["item_id"] == b["item_id"] and a["id"] != b["id"] and {a["sample_idx"], b["sample_idx"]} == {0, 1}
+    assert not any(r["extra"].get("tie") for r in recs if r["instruction"] != "Name a primary color.")
+
+
+def test_fastchat_split_ties_and_inconsistent_orders(tmp_path):
+    m = build(None, tmp_path / "b", sources=_src("fastchat", FC_PAIR, ties="split"))
+    _adds_up(m)
+    c = m["counts"]
+    # The two tie games (one line) become four records; the other reasons are untouched.
+    assert (c["read"], c["kept"]) == (12, 9)
+    assert c["by_reason"] == {"upstream_parse_failure": 1, "pair_inconsistent": 2}
+    tied = [r for r in read_lines(tmp_path / "b" / "train.jsonl") if r["extra"].get("tie")]
+    assert [r["verdict"] for r in tied] == ["A", "B", "A", "B"] and len({r["item_id"] for r in tied}) == 1
+    assert [r["extra"]["game"] for r in tied] == [1, 1, 2, 2]
+
+
+def test_generic_jsonl_split_tie_goes_to_one_side_of_the_split(tmp_path):
+    rows = [{"q": "q0", "a": "x", "b": "y", "v": "tie", "ma": "m3", "mb": "m4"},
+            {"q": "q1", "a": "x", "b": "y", "v": "C", "ma": "m1", "mb": "m2"}]
+    p = tmp_path / "pairs.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cols = {"instruction": "q", "response_a": "a", "response_b": "b", "verdict": "v",
+            "response_model_a": "ma", "response_model_b": "mb"}
+    m = build(None, tmp_path / "b", "split.test_models=[m3,m4]",
+              sources=_src("jsonl", p, columns=cols, ties="split"))
+    _adds_up(m)
+    assert (m["counts"]["read"], m["counts"]["train"], m["counts"]["test"]) == (4, 2, 2)
+
+
+def test_split_ties_leaves_tieless_entries_alone():
+    j = P.PairJudgment("q", "a", "b", P.rubric_preset("helpfulness"), "", "A")
+    entries = [(0, j)]
+    assert P.split_ties(entries) is entries
+    halves = P.split_ties([(0, P.replace(j, verdict="tie")), (1, j)])
+    assert [(i, r.verdict, r.sample_idx, r.extra.get("tie")) for i, r in halves] == \
+        [(0, "A", 0, True), (1, "B", 1, True), (2, "A", 2, None)]
+
+
+def test_ties_is_a_pairwise_option():
+    from judgeforge.data.config import SourceConfig
+
+    with pytest.raises(ValueError, match="ties is a pairwise option"):
+        SourceConfig(format="prometheus", path="x.json", ties="split")
+    with pytest.raises(ValueError, match="ties"):
+        SourceConfig(format="alpaca_eval", path="x.json", ties="keep")
+    assert SourceConfig(format="fastchat", path="x.jsonl", ties="split").ties == "split"
