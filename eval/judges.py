@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from judgeforge.eval.config import ProbesConfig
 from judgeforge.eval.probes import inject
 from judgeforge.eval.sets import AbsItem, EvalSet, PairItem
 from judgeforge.judge.items import CompareItem, GradeItem, Options
@@ -48,7 +49,7 @@ class Unit:
     """Probe units: 'swap' or 'injection' (mode 'probe'); None for the main units."""
 
 
-def build_units(sets: list[EvalSet], modes: dict[str, list[str]], probes=None) -> list[Unit]:
+def build_units(sets: list[EvalSet], modes: dict[str, list[str]], probes: ProbesConfig | None = None) -> list[Unit]:
     """All prompts of all sets (pure): absolute items, both sides of pairs, relative pairs, and with
     `probes` (eval.config.ProbesConfig) the probe units of the sets it applies to."""
     units = []
@@ -70,7 +71,7 @@ def build_units(sets: list[EvalSet], modes: dict[str, list[str]], probes=None) -
                 if on and probes.swap:
                     sw = it.swapped()
                     units.append(Unit(s.name, PROBE, "pair", it.id, sw, {"human": sw.human, "ref": None,
-                                                                         "category": it.category}, "swap"))
+                                                                         "category": it.category}, probe="swap"))
     return units
 
 

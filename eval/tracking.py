@@ -32,7 +32,8 @@ def correlation_rows(m: dict) -> list[dict]:
             for v, rep in res.get(s["name"], {}).items():
                 c, a = rep["correlation"], rep["agreement"]
                 rows.append({"set": s["name"], "judge": judge, "variant": v, "role": s.get("role"),
-                             **{k: x for name in ("pearson", "spearman", "kendall") for k, x in _ci(name, c[name]).items()},
+                             **_ci("pearson", c["pearson"]), **_ci("spearman", c["spearman"]),
+                             **_ci("kendall", c["kendall"]),
                              "exact": a["exact"], "within1": a["within1"], "mae": a.get("mae"), "n": rep["n"],
                              "no_score": rep["parse_failures"], "no_score_rate": rep["parse_failure_rate"]})
     return rows

@@ -111,7 +111,8 @@ def test_eval_logs_metrics_tables_and_plots_offline(tmp_path, probe_config, offl
     assert (run.project, run.display_name, run.run_group, run.job_type) == ("jf-test", "report", "round-3", "eval")
     flat = T.flat_metrics(T.report_tables(m))
     assert len(flat) > 50 and {k: hist[k] for k in flat} == pytest.approx(flat)
-    assert hist["correlation/vicuna/base/n2/pearson"] == m["results"]["base"]["vicuna"]["n2"]["correlation"]["pearson"]["value"]
+    pearson = m["results"]["base"]["vicuna"]["n2"]["correlation"]["pearson"]["value"]
+    assert hist["correlation/vicuna/base/n2/pearson"] == pearson
     for name in ("correlation", "human", "position", "injection"):
         assert hist[f"tables/{name}/_type"] == "table-file"
         assert (run_dirs[0] / "files" / hist[f"tables/{name}/path"]).is_file()
