@@ -121,6 +121,9 @@ def log_report(out: str | Path, metrics: dict, tracking, config: dict | None = N
                  **{f"plots/{p.stem}": wandb.Image(str(p)) for p in sorted((out / "plots").glob("*.png"))}})
     finally:
         run.finish()
+        # finish() can return before wandb-core has flushed the run's .wandb file (seen offline, on the
+        # first run of a process); teardown waits for the service, so the run is complete on return.
+        wandb.teardown()
     run_dir = Path(run.dir).parent
     log.info("wandb run %s (%s) logged to %s", run.id, mode, run_dir)
     return run_dir
