@@ -2,7 +2,8 @@
 
 Sections follow the recipe's vocabulary (BiGGen-Bench App. E, Table 15):
 `model` (base + optional adapter to continue from), `lora`, `data` (build
-directories and the replay mix), `optim`, `checkpoint`, `tracking`.
+directories and the replay mix), `optim`, `checkpoint`, `tracking`; `distill`
+adds a pairwise-to-pointwise RankNet objective.
 """
 
 from __future__ import annotations
@@ -141,6 +142,39 @@ class TrackingSection(Config):
     """Evaluate every this many steps (None: at checkpoint steps)."""
 
 
+class DistillSection(Config):
+    """Pairwise-to-pointwise distillation (Instruction Distillation, arXiv 2311.01555; train/ranking.py):
+    on pairs of responses to one instruction that GPT-4 compared (relative records), a RankNet loss on
+    the judge's own expected absolute scores, E[score] read after the score-only prompt's `[RESULT] `,
+    pulls the preferred response's E above the other's. Added to the SFT loss with `weight`."""
+
+    enabled: bool = False
+    """Add the distillation loss to every training micro-step."""
+    weight: float = Field(1.0, ge=0.0)
+    """Its weight: loss = SFT loss + weight x RankNet loss."""
+    sources: list[str] = []
+    """Data-build directories whose train.jsonl relative records give the pairs (all of them; absolute
+    records are skipped). Empty: the relative records of the training mix (`data.sources`)."""
+    scale: tuple[int, int] = (1, 5)
+    """Score range of the absolute prompt each response is graded with (its values must share their
+    first tokens, as 1-5 and 1-10 do: one forward pass reads them)."""
+    sigma: float = Field(1.0, gt=0.0)
+    """RankNet steepness: P(first better) = sigmoid(sigma x (E_first - E_second))."""
+    ties: Literal["skip", "half"] = "skip"
+    """Pairs whose judgments are balanced (a split tie, or orders that disagree): skip, or keep with
+    target 0.5 (pulls their expected scores together)."""
+    max_pairs: int | None = None
+    """At most this many pairs (a seeded draw, `seed`); None: all."""
+    batch_pairs: int = Field(2, gt=0)
+    """Pairs per micro-step (two score-only forward sequences each), drawn in seeded epochs of the pairs."""
+
+    @model_validator(mode="after")
+    def _scale_ok(self):
+        if not self.scale[0] < self.scale[1]:
+            raise ValueError(f"distill.scale lo must be < hi, got {list(self.scale)}")
+        return self
+
+
 class TrainConfig(Config):
     """`judgeforge train`: LoRA SFT of a judge on data builds, resumable, round after round."""
 
@@ -158,6 +192,8 @@ class TrainConfig(Config):
     """Checkpointing and resume."""
     tracking: TrackingSection = TrackingSection()
     """Logging and wandb."""
+    distill: DistillSection = DistillSection()
+    """Pairwise-to-pointwise distillation loss (off by default)."""
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     """Mixed precision for training (fp32 on CPU)."""
     seed: int = 42

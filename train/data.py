@@ -109,7 +109,7 @@ def to_prompt_completion(rec: dict, target: str = "feedback") -> dict:
     """A build line -> TRL conversational prompt-completion example (`id` kept for provenance).
 
     `target="score"` replaces the judgment by its verdict alone (`[RESULT] n`, from the record's
-    `score`): the score-only judge's training target."""
+    `score`; a relative record's `[RESULT] A|B`): the score-only judge's training target."""
     version = rec.get("template_version")
     if version != TEMPLATE_VERSION:
         raise ConfigError(f"record {rec.get('id')} was built with template {version!r}, this "
@@ -120,7 +120,9 @@ def to_prompt_completion(rec: dict, target: str = "feedback") -> dict:
         raise ConfigError(f"record {rec.get('id')}: messages must end with the one assistant "
                           f"turn (the judgment), got roles {roles}")
     completion = msgs[-1:]
-    if target == "score":
+    if target == "score" and rec.get("mode") == "relative":  # a pair's verdict alone: `[RESULT] A|B`
+        completion = [{"role": "assistant", "content": score_target(rec["verdict"])}]
+    elif target == "score":
         if rec.get("score") is None:
             raise ConfigError(f"record {rec.get('id')} has no score: data.target=score needs one")
         completion = [{"role": "assistant", "content": score_target(rec["score"])}]

@@ -7,8 +7,9 @@ Run directory (`out`): config.yaml (resolved), data.json (sources, manifest
 hashes, counts, dropped ids), samples.jsonl (example ids per step),
 checkpoints/checkpoint-N (resumable; marked complete), adapter/ (final:
 adapter weights, tokenizer, config.yaml, judgeforge.json with the template
-version), loss.json + loss.png. Rerunning the same command continues from the
-last complete checkpoint.
+version), loss.json + loss.png, and with `distill.enabled` distill.json (the
+preference pairs' counts and their ordering by E[score] before and after
+training). Rerunning the same command continues from the last complete checkpoint.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from judgeforge.judge.adapters import meta_path
 from judgeforge.train.config import TrainConfig
 
 # Config sections that define the training result; a resumed run must not change them.
-RESULT_FIELDS = ("model", "lora", "data", "optim", "precision", "seed")
+RESULT_FIELDS = ("model", "lora", "data", "optim", "precision", "seed", "distill")
 REPO = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
 
@@ -83,15 +84,23 @@ def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
     _setup_tracking(cfg, out)
     trainer, mix, sample_log, dropped = make_trainer(cfg, callbacks)
     resume = _resume_point(cfg, out / "checkpoints", sample_log)
+    feed = getattr(trainer, "feed", None)
     if trainer.is_world_process_zero():
         save_resolved(cfg, out)
+        extra = {"distill": _distill_provenance(cfg, feed)} if feed else {}
         atomic_write_json(out / "data.json", {
             "sources": mix.sources, "duplicates": mix.duplicates, "train": len(trainer.train_dataset),
             "eval": len(trainer.eval_dataset or []), "dropped_overlong": dropped,
-            "max_length": cfg.data.max_length})
+            "max_length": cfg.data.max_length, **extra})
+    # Under ZeRO-3 the weights are partitioned until the engine runs: no forward pass of our own there.
+    measure = feed is not None and cfg.num_gpus == 1
+    if measure and resume is None:
+        _write_distill(trainer, out, "before")
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if trainer.eval_dataset is not None and not _evaluated_at(trainer, trainer.state.global_step):
         trainer.evaluate()
+    if measure:
+        _write_distill(trainer, out, "after")
     _save_final(cfg, trainer, adapter_dir, mix)
     if trainer.is_world_process_zero():
         from judgeforge.train.curves import write_curves
@@ -105,8 +114,44 @@ def make_trainer(cfg: TrainConfig, callbacks: Sequence = ()):
     mix, train_ds, eval_ds = load_datasets(cfg)
     out = Path(cfg.out)
     args = sft_args(cfg, out / "checkpoints", has_eval=len(eval_ds) > 0)  # before the model: ZeRO-3 init
-    trainer, sample_log, dropped = build_trainer(cfg, args, train_ds, eval_ds, out, callbacks)
+    trainer, sample_log, dropped = build_trainer(cfg, args, train_ds, eval_ds, out, callbacks,
+                                                 pair_records=distill_records(cfg, mix))
     return trainer, mix, sample_log, dropped
+
+
+def distill_records(cfg: TrainConfig, mix) -> list[dict] | None:
+    """The records distillation pairs come from: `distill.sources`' train splits, else the training mix."""
+    if not cfg.distill.enabled:
+        return None
+    if not cfg.distill.sources:
+        return mix.train
+    from judgeforge.train.data import load_build
+
+    return [r for path in cfg.distill.sources for r in load_build(path).train]
+
+
+def _distill_provenance(cfg: TrainConfig, feed) -> dict:
+    """What data.json says of the distillation pairs: where they came from and their counts."""
+    from judgeforge.io import sha256_file
+
+    sources = [{"path": p, "manifest_sha256": sha256_file(Path(p) / "manifest.json")}
+               for p in cfg.distill.sources]
+    return {"sources": sources or "training mix", **feed.counts}
+
+
+def _write_distill(trainer, out: Path, when: str) -> None:
+    """The pairs' ordering by E[score] (`before` or `after` training) into distill.json."""
+    import json
+
+    from judgeforge.train.distill import score_pairs
+
+    metrics = score_pairs(trainer.model, trainer.feed, context=trainer.compute_loss_context_manager())
+    if not trainer.is_world_process_zero():
+        return
+    path = out / "distill.json"
+    prev = json.loads(path.read_text()) if path.is_file() else {}
+    atomic_write_json(path, {**prev, "counts": trainer.feed.counts, when: metrics})
+    log.info("distill %s training: %s", when, metrics)
 
 
 def _check_run_dir(cfg: TrainConfig, out: Path) -> bool:
@@ -243,18 +288,24 @@ def _peft_model(cfg: TrainConfig, model, args):
 
 
 def build_trainer(cfg: TrainConfig, args, train_ds, eval_ds, out: Path, callbacks: Sequence = (),
-                  loaded: tuple | None = None):
+                  loaded: tuple | None = None, pair_records: list[dict] | None = None):
     """The SFTTrainer, its datasets cut to `max_length`, the sample log and the dropped ids.
 
-    `loaded`: an already built (model, tokenizer) instead of loading `cfg.model.name`."""
+    `loaded`: an already built (model, tokenizer) instead of loading `cfg.model.name`;
+    `pair_records`: where `distill` takes its preference pairs from (with `distill.enabled`)."""
     from judgeforge.train.checkpoints import CompletionMarker, SampleLog
     from judgeforge.train.lora import apply_dropout
     from judgeforge.train.trainer import JudgeSFTTrainer
 
     model, tok = loaded or _load_model(cfg)
-    trainer = JudgeSFTTrainer(_peft_model(cfg, model, args), args=args, train_dataset=train_ds,
-                              eval_dataset=eval_ds if len(eval_ds) else None, processing_class=tok,
-                              callbacks=[CompletionMarker(), *callbacks])
+    cls, extra = JudgeSFTTrainer, {}
+    if cfg.distill.enabled:
+        from judgeforge.train.distill import DistillSFTTrainer, prepare_pairs
+
+        cls, extra = DistillSFTTrainer, {"feed": prepare_pairs(cfg, tok, pair_records or [])}
+    trainer = cls(_peft_model(cfg, model, args), args=args, train_dataset=train_ds,
+                  eval_dataset=eval_ds if len(eval_ds) else None, processing_class=tok,
+                  callbacks=[CompletionMarker(), *callbacks], **extra)
     apply_dropout(trainer.model, cfg.lora.dropout)
     dropped = {}
     trainer.train_dataset, dropped["train"] = _fit(trainer.train_dataset, cfg.data.max_length, keep_id=True)
@@ -313,7 +364,7 @@ def _save_final(cfg: TrainConfig, trainer, adapter_dir: Path, mix) -> None:
         base_model_resolved=resolve_model(cfg.model.name) if cfg.model.name == "default" else cfg.model.name,
         continued_from=str(adapter_path(cfg.model.adapter)) if cfg.model.adapter else None,
         data=[{k: s[k] for k in ("path", "manifest_sha256", "train_sha256", "used")} for s in mix.sources],
-        global_step=trainer.state.global_step, lora_dropout=cfg.lora.dropout,
+        global_step=trainer.state.global_step, lora_dropout=cfg.lora.dropout, target=cfg.data.target,
         lora_modules=len(summary["modules"]), lora_parameters=summary["parameters"],
         trainable_params=summary["trainable_params"]))
     if adapter_dir.exists():

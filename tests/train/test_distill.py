@@ -1,0 +1,324 @@
+"""Pairwise-to-pointwise distillation (train/ranking.py, train/distill.py): the pure math with its
+properties, the torch version against it, the score read against the serving engine's, and real
+TRL training runs of a tiny random Llama with the RankNet objective (slow)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from judgeforge.train import ranking as R
+
+finite = st.floats(-30, 30, allow_nan=False)
+
+
+# --- pure math ------------------------------------------------------------------------------------
+
+@settings(deadline=None)
+@given(st.lists(finite, min_size=2, max_size=10))
+def test_expected_score_lies_on_the_scale(lps):
+    values = list(range(1, len(lps) + 1))
+    e = float(R.expected_score(np.asarray(lps), values))
+    assert 1 - 1e-9 <= e <= len(lps) + 1e-9
+    assert R.distribution(np.asarray(lps)).sum() == pytest.approx(1.0)
+
+
+def test_expected_score_of_a_certain_value_is_that_value():
+    assert R.expected_score(np.array([-50.0, 0.0, -50.0]), [1, 2, 3]) == pytest.approx(2.0)
+    assert R.expected_score(np.zeros(5), [1, 2, 3, 4, 5]) == pytest.approx(3.0)
+
+
+@settings(deadline=None)
+@given(finite, st.floats(0, 1), st.floats(0.1, 5))
+def test_ranknet_properties(d, t, sigma):
+    loss = float(R.ranknet_loss(d, t, sigma))
+    assert loss >= 0
+    assert loss == pytest.approx(float(R.ranknet_loss(-d, 1 - t, sigma)), rel=1e-9, abs=1e-12)  # symmetric
+    assert float(R.ranknet_loss(0.0, t, sigma)) == pytest.approx(math.log(2))
+    # The expected-cross-entropy minimum sits where sigmoid(sigma * d) = t.
+    if 0.01 < t < 0.99:
+        best = math.log(t / (1 - t)) / sigma
+        assert float(R.ranknet_loss(best, t, sigma)) <= loss + 1e-9
+
+
+@settings(deadline=None)
+@given(finite, finite, st.floats(0.1, 5))
+def test_ranknet_falls_as_the_preferred_one_rises(d1, d2, sigma):
+    lo, hi = sorted((d1, d2))
+    assert float(R.ranknet_loss(hi, 1.0, sigma)) <= float(R.ranknet_loss(lo, 1.0, sigma)) + 1e-12
+
+
+def test_pair_metrics():
+    m = R.pair_metrics([3.0, 2.0, 4.0], [2.0, 2.5, 4.0], [1.0, 1.0, 0.5])
+    assert m["pairs"] == 3 and m["accuracy"] == 0.5 and m["margin"] == pytest.approx(0.25)
+
+
+def rel(instruction, a, b, verdict, rid=None, **kw):
+    return {"id": rid or f"{instruction}|{a}|{b}|{verdict}|{random.random()}", "mode": "relative",
+            "instruction": instruction, "response_a": a, "response_b": b, "verdict": verdict,
+            "rubric": {"criteria": "Is it good?"}, "reference_answer": None, **kw}
+
+
+def test_build_pairs_aggregates_orders_ties_and_repeats():
+    recs = [rel("q1", "good", "bad", "A"), rel("q1", "bad", "good", "B"),       # swapped copy: one pair
+            rel("q2", "x", "y", "A"), rel("q2", "x", "y", "B"),                 # a split tie
+            rel("q3", "u", "v", "B"), rel("q3", "v", "u", "A"), rel("q3", "u", "v", "A"),  # 2 of 3 for v
+            {"id": "abs", "mode": "absolute", "score": 3}]
+    pairs, c = R.build_pairs(recs)
+    assert c == {"records": 8, "absolute": 1, "tie": 2, "over_max_pairs": 0, "paired": 5, "pairs": 2}
+    by_q = {p.instruction: p for p in pairs}
+    assert (by_q["q1"].first, by_q["q1"].second, by_q["q1"].target) == ("good", "bad", 1.0)
+    assert (by_q["q3"].first, by_q["q3"].target, by_q["q3"].judgments) == ("v", pytest.approx(2 / 3), 3)
+    half, c2 = R.build_pairs(recs, ties="half")
+    assert c2["tie"] == 0 and c2["pairs"] == 3 and [p.target for p in half if p.instruction == "q2"] == [0.5]
+    with pytest.raises(ValueError):
+        R.build_pairs(recs, ties="keep")
+
+
+verdicts = st.lists(st.tuples(st.integers(0, 4), st.booleans(), st.sampled_from("AB")), min_size=1, max_size=30)
+
+
+@settings(deadline=None)
+@given(verdicts, st.randoms(use_true_random=False), st.sampled_from(["skip", "half"]),
+       st.one_of(st.none(), st.integers(0, 5)))
+def test_build_pairs_counts_add_up_and_ignore_record_order(rows, rnd, ties, max_pairs):
+    recs = [rel(f"q{q}", *(("r1", "r2") if flip else ("r2", "r1")), v, rid=f"{i}")
+            for i, (q, flip, v) in enumerate(rows)]
+    pairs, c = R.build_pairs(recs, ties, max_pairs)
+    assert c["records"] == c["absolute"] + c["tie"] + c["over_max_pairs"] + c["paired"] == len(recs)
+    assert c["pairs"] == len(pairs) <= (max_pairs if max_pairs is not None else len(pairs))
+    assert all(p.target >= 0.5 and (ties == "half" or p.target > 0.5) for p in pairs)
+    if max_pairs is None:
+        shuffled = list(recs)
+        rnd.shuffle(shuffled)
+        again, _ = R.build_pairs(shuffled, ties)
+        assert sorted((p.instruction, p.first, p.target) for p in again) == \
+            sorted((p.instruction, p.first, p.target) for p in pairs)
+
+
+@settings(deadline=None)
+@given(st.integers(1, 20), st.integers(1, 7), st.integers(0, 3))
+def test_batch_positions_cover_each_epoch_once(n, size, seed):
+    seq = [p for i in range(n) for p in R.batch_positions(i, size, n, seed)]  # n batches = size epochs
+    for e in range(size):
+        assert sorted(seq[e * n:(e + 1) * n]) == list(range(n))
+    assert R.batch_positions(3, size, n, seed) == R.batch_positions(3, size, n, seed)
+
+
+# --- the torch version against the reference ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tok(default_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(default_model_dir)
+
+
+@pytest.mark.parametrize("scale", [(1, 5), (1, 10)])
+def test_readout_matches_the_completion_plan(tok, scale):
+    """The one-pass read equals judge.completion's own combination of the same next-token rows."""
+    import torch
+
+    from judgeforge.judge.completion import plan_completion
+    from judgeforge.judge.engines.base import TokenizerView
+    from judgeforge.train.distill import choice_logprobs, score_readout
+
+    r = score_readout(tok, scale)
+    values = [str(v) for v in range(scale[0], scale[1] + 1)]
+    plan = plan_completion(TokenizerView(tok), [], [], "", values)
+    assert tok.decode(list(r.base)) == "[RESULT] " and r.rows == (2 if scale[1] == 10 else 1)
+    g = torch.Generator().manual_seed(0)
+    rows = torch.log_softmax(torch.randn(3, r.rows, len(tok), generator=g) * 3, -1)
+    got = choice_logprobs(rows, r)
+    for n in range(3):
+        reads = [{t: float(rows[n, len(node), t]) for t in toks} for node, toks in plan.reads()]
+        want = plan.combine(reads)
+        ref = R.choice_logprobs(rows[n].numpy(), r)
+        assert got[n].tolist() == pytest.approx([want[v] for v in values], abs=1e-4)
+        assert ref.tolist() == pytest.approx([want[v] for v in values], abs=1e-4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.floats(0.1, 3), st.floats(0, 1))
+def test_torch_math_equals_the_reference(seed, sigma, t):
+    import torch
+
+    from judgeforge.train.distill import choice_logprobs, ranknet_loss
+
+    r = R.Readout(base=(7,), chain=(1,), values=(1, 2, 3), paths=((1,), (2,), (1, 4)), breakers=((3, 4), (), ()))
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.log_softmax(torch.randn(2, r.rows, 6, generator=g, dtype=torch.float64) * 2, -1)
+    lps = choice_logprobs(rows, r)
+    for n in range(2):
+        assert lps[n].tolist() == pytest.approx(R.choice_logprobs(rows[n].numpy(), r).tolist(), abs=1e-9)
+    e = torch.softmax(lps, -1) @ torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    assert e.tolist() == pytest.approx(R.expected_score(lps.numpy(), [1, 2, 3]).tolist(), abs=1e-9)
+    d = e[0] - e[1]
+    assert float(ranknet_loss(d, torch.tensor(t, dtype=torch.float64), sigma)) == \
+        pytest.approx(float(R.ranknet_loss(float(d), t, sigma)), abs=1e-9)
+
+
+# --- real components: a tiny random Llama ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_llama(default_model_dir, tmp_path_factory):
+    """A randomly initialised 2-layer Llama with SmolLM2's tokenizer (and chat template)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("models") / "tiny-llama"
+    tok = AutoTokenizer.from_pretrained(default_model_dir)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                         tie_word_embeddings=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id)
+    LlamaForCausalLM(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+# GPT-4-style preferences a random model can learn in a few steps: a helpful answer beats a refusal.
+REFUSAL = "I am sorry, but I cannot help with that request. Please ask someone else; I will not answer it."
+GOOD = [("What is 2 + 2?", "2 + 2 = 4: adding two and two gives four."),
+        ("Name the capital of France.", "The capital of France is Paris, on the Seine."),
+        ("Spell 'cat' backwards.", "Backwards, 'cat' is spelled 'tac'."),
+        ("Is water wet? Answer yes or no.", "Yes: water makes things wet."),
+        ("Give a synonym of 'big'.", "A synonym of 'big' is 'large'."),
+        ("How many legs does a spider have?", "A spider has eight legs.")]
+
+
+@pytest.fixture(scope="module")
+def pair_build(tmp_path_factory):
+    """A real data build of GPT-4-style pairwise judgments (jsonl pair columns, both orders, one split tie)."""
+    from judgeforge.config import load_config
+    from judgeforge.data.build import run_build
+    from judgeforge.data.config import BuildConfig
+
+    root = tmp_path_factory.mktemp("pairs")
+    rows = [{"q": q, "a": good, "b": REFUSAL, "v": "A", "ma": "m-good", "mb": "m-bad"} for q, good in GOOD]
+    rows.append({"q": "Say hi.", "a": "Hi.", "b": "Hello.", "v": "tie", "ma": "m-good", "mb": "m-bad"})
+    (root / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cols = {"instruction": "q", "response_a": "a", "response_b": "b", "verdict": "v",
+            "response_model_a": "ma", "response_model_b": "mb"}
+    src = [{"format": "jsonl", "path": str(root / "pairs.jsonl"), "columns": cols, "swap": True, "ties": "split"}]
+    cfg = load_config(BuildConfig, None, ["progress=false"], extra={"sources": src})
+    m = run_build(cfg, root / "build")
+    assert m["counts"]["train"] == 6 * 2 + 4
+    return root / "build"
+
+
+def distill_config(model, data, out, *overrides):
+    from judgeforge.config import load_config
+    from judgeforge.train.config import TrainConfig
+
+    return load_config(TrainConfig, None, [
+        f"model.name={model}", f"out={out}", f"data.sources=[{{path: {data}}}]", "data.max_length=1024",
+        "data.eval_limit=0", "data.target=score", "precision=fp32", "optim.batch_size=1", "optim.lr=1e-2",
+        "lora.r=8", "lora.alpha=16", "lora.dropout=0.0", "lora.target_modules=[q_proj,v_proj,lm_head]",
+        "optim.gradient_checkpointing=false", "tracking.wandb=false", "distill.enabled=true",
+        "distill.batch_pairs=6", *overrides])
+
+
+@pytest.mark.slow
+def test_one_pass_read_equals_the_serving_engine(tiny_llama, pair_build, tmp_path):
+    """E[score] from the padded training forward = the transformers engine's score-only distribution."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from judgeforge.data.templates import Rubric, Scale
+    from judgeforge.io import read_jsonl
+    from judgeforge.judge.config import EngineConfig
+    from judgeforge.judge.engines import SampleRequest, build_engine
+    from judgeforge.judge.items import GradeItem
+    from judgeforge.train.distill import expected_scores, prepare_pairs
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    cfg = distill_config(tiny_llama, pair_build, tmp_path / "run")
+    feed = prepare_pairs(cfg, tok, read_jsonl(pair_build / "train.jsonl"))
+    assert feed.counts == {"records": 16, "absolute": 0, "tie": 4, "over_max_pairs": 0, "paired": 12,
+                           "pairs": 6, "overlong": 0}
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
+    with torch.no_grad():
+        batch = expected_scores(model, feed.first_ids + feed.second_ids, feed.readout, feed.pad_id)
+    p = feed.pairs[0]
+    it = GradeItem(p.instruction, p.first, Rubric.from_dict(p.rubric), p.reference_answer, Scale(1, 5))
+    with build_engine(EngineConfig(kind="transformers", model=str(tiny_llama), dtype="float32",
+                                   cpu_threads=1)) as eng:
+        s = eng.generate([SampleRequest(messages=it.messages(), choices=it.choices, n=1, temperature=0.0,
+                                        feedback=False)])[0][0]
+    served = float(R.expected_score(np.array([s.choice_logprobs[c] for c in it.choices]), [1, 2, 3, 4, 5]))
+    assert float(batch[0]) == pytest.approx(served, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_distillation_orders_the_pairs_and_resumes(tiny_llama, pair_build, tmp_path):
+    """A real `train()` with SFT + RankNet: the pairs' loss falls, more pairs are ordered as GPT-4
+    preferred them and the margin grows; a run resumed from its middle checkpoint ends identical."""
+    from safetensors.torch import load_file
+
+    from judgeforge.train.run import train
+
+    out = tmp_path / "run"
+    # On a random model the SFT gradient (loss ~ln(vocab)) would drown the RankNet one: weight 10.
+    cfg = distill_config(tiny_llama, pair_build, out, "optim.max_steps=6", "checkpoint.every=3",
+                         "checkpoint.keep=null", "distill.weight=10")
+    adapter = train(cfg)
+    report = json.loads((out / "distill.json").read_text())
+    before, after = report["before"], report["after"]
+    assert report["counts"]["pairs"] == before["pairs"] == 6
+    assert after["loss"] < before["loss"] - 0.02, report
+    assert after["accuracy"] > before["accuracy"] and after["accuracy"] >= 5 / 6, report
+    assert after["margin"] > before["margin"] + 0.05, report
+    history = [e for e in json.loads((out / "checkpoints/checkpoint-6/trainer_state.json").read_text())
+               ["log_history"] if "distill_loss" in e]
+    assert len(history) == 6 and all(math.isfinite(e["distill_loss"]) for e in history)
+    data = json.loads((out / "data.json").read_text())
+    assert data["distill"]["pairs"] == 6 and data["train"] == 16
+    weights = load_file(adapter / "adapter_model.safetensors")
+
+    # Resume: as if killed after checkpoint-3 -- the rerun must draw the same pairs and end the same.
+    import shutil
+
+    shutil.rmtree(out / "checkpoints/checkpoint-6")
+    shutil.rmtree(adapter)
+    again = load_file(train(cfg) / "adapter_model.safetensors")
+    assert weights.keys() == again.keys()
+    assert all(np.allclose(weights[k].numpy(), again[k].numpy(), atol=1e-6) for k in weights)
+
+
+def test_distill_sources_apart_from_the_sft_data(tiny_llama, pair_build, build_dir, tmp_path, helpers):
+    """Pairs from `distill.sources` while SFT trains on an absolute build; the config is part of the
+    run's identity (a resumed run may not change it)."""
+    from judgeforge.config import ConfigError, save_resolved
+    from judgeforge.train.run import _check_run_dir, make_trainer
+
+    absolute = helpers.short_build(build_dir, tmp_path / "abs", 3, n_test=0)
+    cfg = distill_config(tiny_llama, absolute, tmp_path / "run", "data.target=feedback",
+                         f"distill.sources=[{pair_build}]", "distill.max_pairs=4", "distill.ties=half")
+    trainer, mix, *_ = make_trainer(cfg)
+    assert all(r.get("mode", "absolute") == "absolute" for r in mix.train) and len(trainer.train_dataset) == 3
+    c = trainer.feed.counts  # 7 pairs (the tie kept at 0.5), 4 drawn
+    assert (c["records"], c["tie"], c["pairs"]) == (16, 0, 4)
+    assert c["records"] == c["absolute"] + c["tie"] + c["over_max_pairs"] + c["overlong"] + c["paired"]
+    save_resolved(cfg, tmp_path / "run")
+    assert _check_run_dir(cfg, tmp_path / "run")
+    with pytest.raises(ConfigError, match="distill"):
+        _check_run_dir(cfg.model_copy(update={"distill": cfg.distill.model_copy(update={"weight": 3.0})}),
+                       tmp_path / "run")
+
+
+def test_distill_config_is_checked():
+    from judgeforge.config import ConfigError, load_config
+    from judgeforge.train.config import TrainConfig
+
+    with pytest.raises((ConfigError, ValueError), match="scale"):
+        load_config(TrainConfig, None, ["distill.scale=[5,1]"])
+    with pytest.raises((ConfigError, ValueError)):
+        load_config(TrainConfig, None, ["distill.ties=keep"])

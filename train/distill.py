@@ -1,0 +1,211 @@
+"""Pairwise-to-pointwise distillation as a training objective: TRL's SFTTrainer plus a RankNet term.
+
+`DistillSFTTrainer` is `JudgeSFTTrainer` (so TRL's SFT loss, collation, checkpoints and logging are
+untouched) whose `compute_loss` adds, on every training micro-step, `weight x RankNet` over a few
+preference pairs (train/ranking.py has the math and its reference implementation). Each pair's two
+responses are graded pointwise with the score-only absolute prompt, both in one left-padded forward
+pass of the model being trained; E[score] is read from the last positions' logits (`logits_to_keep`,
+so the LM head runs on a handful of positions only).
+
+Which pairs a micro-step uses is a function of (global step, micro-step, rank) alone
+(`ranking.batch_positions`), so a run resumed from a checkpoint draws exactly the pairs an
+uninterrupted run draws, and the existing checkpoint/resume machinery needs nothing more.
+The eval loss stays the SFT loss; `score_pairs` measures the pairs' ordering (distill.json).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from judgeforge.config import ConfigError
+from judgeforge.train import ranking
+from judgeforge.train.trainer import JudgeSFTTrainer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PairFeed:
+    """The tokenized distillation pairs and how they are used."""
+
+    pairs: list[ranking.Pair]
+    first_ids: list[list[int]]
+    """Per pair: the preferred response's score-only prompt ids, readout suffix included."""
+    second_ids: list[list[int]]
+    readout: ranking.Readout
+    weight: float
+    sigma: float
+    batch_pairs: int
+    seed: int
+    pad_id: int
+    counts: dict
+
+    @property
+    def targets(self) -> list[float]:
+        return [p.target for p in self.pairs]
+
+
+def score_readout(tokenizer, scale: tuple[int, int]) -> ranking.Readout:
+    """The score-only read of `scale` for this tokenizer (judge.completion's plan, as serving reads it)."""
+    from judgeforge.judge.completion import plan_completion
+    from judgeforge.judge.engines.base import TokenizerView
+
+    values = list(range(scale[0], scale[1] + 1))
+    plan = plan_completion(TokenizerView(tokenizer), [], [], "", [str(v) for v in values])
+    try:
+        return ranking.readout_from_plan(plan, 0, values)
+    except ValueError as e:
+        raise ConfigError(f"distill.scale {list(scale)}: {e}") from None
+
+
+def score_prompt_ids(tokenizer, pair: ranking.Pair, response: str, scale: tuple[int, int],
+                     readout: ranking.Readout) -> list[int]:
+    """Chat-templated absolute prompt of one response (exactly the served prompt) + `[RESULT] ` + chain."""
+    from judgeforge.data.templates import Rubric, Scale, absolute_messages
+    from judgeforge.judge.engines.base import prompt_token_ids
+
+    msgs = absolute_messages(pair.instruction, response, Rubric.from_dict(pair.rubric), pair.reference_answer,
+                             Scale(*scale))
+    return prompt_token_ids(tokenizer, msgs) + readout.suffix
+
+
+def prepare_pairs(cfg, tokenizer, records: list[dict]) -> PairFeed:
+    """Pairs from `records` (train.ranking.build_pairs), tokenized; pairs longer than
+    `data.max_length` are dropped and counted (`overlong`, in records like every bucket)."""
+    d = cfg.distill
+    pairs, counts = ranking.build_pairs(records, d.ties, d.max_pairs, cfg.seed)
+    readout = score_readout(tokenizer, d.scale)
+    kept, firsts, seconds, over = [], [], [], 0
+    for p in pairs:
+        a, b = (score_prompt_ids(tokenizer, p, r, d.scale, readout) for r in (p.first, p.second))
+        if max(len(a), len(b)) > cfg.data.max_length:
+            over += p.judgments
+            continue
+        kept.append(p)
+        firsts.append(a)
+        seconds.append(b)
+    counts.update(overlong=over, paired=counts["paired"] - over, pairs=len(kept))
+    if not kept:
+        raise ConfigError(f"distill: no preference pairs to train on ({counts}); distill.sources (or the "
+                          "training mix) must hold relative records of decisive pairs")
+    log.info("distill: %d pairs from %d records (%s)", len(kept), counts["records"], counts)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return PairFeed(kept, firsts, seconds, readout, d.weight, d.sigma, d.batch_pairs, cfg.seed, pad, counts)
+
+
+# --- the torch side of the math (ranking.py is its reference) ----------------------------------
+
+def choice_logprobs(rows: torch.Tensor, r: ranking.Readout) -> torch.Tensor:
+    """[N, rows, vocab] next-token log-probs -> [N, values] exact log-probability of each value."""
+    out = []
+    for path, brk in zip(r.paths, r.breakers):
+        lp = sum(rows[:, i, t] for i, t in enumerate(path))
+        if brk:
+            p_more = rows[:, len(path), list(brk)].exp().sum(-1)
+            lp = lp + torch.log((1.0 - p_more).clamp(min=ranking.MIN_REST))
+        out.append(lp)
+    return torch.stack(out, dim=-1)
+
+
+def expected_scores(model, seqs: list[list[int]], r: ranking.Readout, pad_id: int) -> torch.Tensor:
+    """E[score] of each sequence (prompt + readout suffix) in one left-padded forward pass."""
+    device = next(model.parameters()).device
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s):] = torch.tensor(s)
+        mask[i, width - len(s):] = 1
+    # Positions count real tokens only, so a padded row is read exactly as the unpadded prompt is served.
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
+                logits_to_keep=r.rows, use_cache=False)
+    rows = F.log_softmax(out.logits[:, -r.rows:, :].float(), dim=-1)
+    dist = choice_logprobs(rows, r).softmax(-1)
+    return dist @ torch.tensor(r.values, dtype=dist.dtype, device=dist.device)
+
+
+def ranknet_loss(diff: torch.Tensor, target: torch.Tensor, sigma: float = 1.0) -> torch.Tensor:
+    """Per-pair RankNet cross-entropy (ranking.ranknet_loss)."""
+    d = sigma * diff
+    return target * F.softplus(-d) + (1.0 - target) * F.softplus(d)
+
+
+def pair_loss(model, feed: PairFeed, positions: list[int]) -> tuple[torch.Tensor, dict]:
+    """Mean RankNet loss of the pairs at `positions`, and their metrics."""
+    k = len(positions)
+    e = expected_scores(model, [feed.first_ids[p] for p in positions] + [feed.second_ids[p] for p in positions],
+                        feed.readout, feed.pad_id)
+    t = torch.tensor([feed.pairs[p].target for p in positions], dtype=e.dtype, device=e.device)
+    loss = ranknet_loss(e[:k] - e[k:], t, feed.sigma).mean()
+    metrics = ranking.pair_metrics(e[:k].detach().cpu().numpy(), e[k:].detach().cpu().numpy(),
+                                   t.cpu().numpy(), feed.sigma)
+    return loss, metrics
+
+
+@torch.no_grad()
+def score_pairs(model, feed: PairFeed, batch: int = 8, context=None) -> dict:
+    """Ordering metrics of every pair under `model` (eval mode): loss, accuracy, mean margin."""
+    import contextlib
+
+    was_training = model.training
+    model.eval()
+    e1, e2 = [], []
+    try:
+        with context or contextlib.nullcontext():
+            for i in range(0, len(feed.pairs), batch):
+                n = min(batch, len(feed.pairs) - i)
+                e = expected_scores(model, feed.first_ids[i:i + n] + feed.second_ids[i:i + n], feed.readout,
+                                    feed.pad_id)
+                e1 += e[:n].tolist()
+                e2 += e[n:].tolist()
+    finally:
+        model.train(was_training)
+    return {**ranking.pair_metrics(e1, e2, feed.targets, feed.sigma),
+            "mean_expected_first": sum(e1) / len(e1), "mean_expected_second": sum(e2) / len(e2)}
+
+
+# --- the trainer ---------------------------------------------------------------------------------
+
+class DistillSFTTrainer(JudgeSFTTrainer):
+    """JudgeSFTTrainer whose training loss is SFT + weight x RankNet on `feed`'s pairs."""
+
+    def __init__(self, model, *args, feed: PairFeed, **kwargs):
+        self.feed = feed
+        self._micro = (-1, -1)  # (global step, micro-step within it)
+        super().__init__(model, *args, **kwargs)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        res = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if not self.model.training:  # the eval loss stays the SFT loss, comparable across runs
+            return res
+        loss, outputs = res if return_outputs else (res, None)
+        term, metrics = pair_loss(model, self.feed, self._positions())
+        if self._loss_scaled_for_ga(num_items_in_batch):
+            # The SFT loss is already divided over the accumulation steps; the Trainer won't divide this.
+            term = term / self.current_gradient_accumulation_steps
+        for name, value in metrics.items():
+            if name != "pairs":
+                self._metrics["train"][f"distill_{name}"].append(value)
+        loss = loss + self.feed.weight * term
+        return (loss, outputs) if return_outputs else loss
+
+    def _positions(self) -> list[int]:
+        step = self.state.global_step
+        micro = self._micro[1] + 1 if self._micro[0] == step else 0
+        self._micro = (step, micro)
+        index = (step * self.args.gradient_accumulation_steps + micro) * self.args.world_size + \
+            self.args.process_index
+        return ranking.batch_positions(index, self.feed.batch_pairs, len(self.feed.pairs), self.feed.seed)
+
+    def _loss_scaled_for_ga(self, num_items_in_batch) -> bool:
+        """Whether the Trainer leaves the gradient-accumulation division to the loss (transformers'
+        own rule in `Trainer.training_step`)."""
+        if getattr(self, "loss_is_scaled_for_ga", None) is not None:
+            return bool(self.loss_is_scaled_for_ga)
+        return bool((self.model_accepts_loss_kwargs and num_items_in_batch is not None)
+                    or self.compute_loss_func is not None)

@@ -1,0 +1,209 @@
+"""Pairwise-to-pointwise distillation: the math, without torch.
+
+Instruction Distillation (Sun et al. 2023, arXiv 2311.01555) trains a pointwise ranker on a pairwise
+teacher's preferences with RankNet. Here the teacher is GPT-4's pairwise judgments (relative records
+of a data build) and the pointwise student is the absolute judge itself: each response of a pair is
+graded on its own with the score-only absolute prompt (the chat-templated prompt, then the assistant
+turn `[RESULT] `, exactly what a score-only read continues from), the judge's distribution over the
+scale's values gives an expected score E, and RankNet (Bradley-Terry on sigma * (E_first - E_second))
+pulls the preferred response's E above the other's:
+
+    loss = t * softplus(-sigma * d) + (1 - t) * softplus(sigma * d),   d = E_first - E_second
+
+with t the teacher's probability that `first` is better (1 for a decisive pair, the share of its
+judgments for a pair judged several times, 0.5 for a kept tie).
+
+Reading E in one forward pass: judge.completion plans where each value's token path starts; the
+read nodes of a scale (1-5: one node; 1-10: the node before the first digit and the node after "1",
+where "10" continues) lie on one chain of tokens, so the sequence prompt + shared `[RESULT]` tokens
++ that chain gives every needed next-token distribution at its last positions. `Readout` holds that
+plan; `choice_logprobs` is the reference implementation the torch version (train.distill) is tested
+against.
+
+Pure: numpy only.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+SKIP_TIES, HALF_TIES = "skip", "half"
+MIN_REST = 1e-6
+"""Floor of 1 - P(a value's path continues into another), so a value is never read as impossible (log 0)."""
+
+
+# --- reading the score distribution -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Readout:
+    """Where a score-only prompt's value distribution is read: append `suffix` to the prompt ids and
+    take the next-token log-probabilities at the last `rows` positions (row k: after the prompt, the
+    shared continuation and chain[:k])."""
+
+    base: tuple[int, ...]
+    """The continuation every value shares (`[RESULT]`'s tokens)."""
+    chain: tuple[int, ...]
+    """The deepest read node; every read node is a prefix of it."""
+    values: tuple[int, ...]
+    """The scale's values, in the order of `paths`."""
+    paths: tuple[tuple[int, ...], ...]
+    """Each value's token ids after `base` (row i reads its i-th token)."""
+    breakers: tuple[tuple[int, ...], ...]
+    """Per value: tokens that would extend it into another value or number ("1" -> "10"); empty if none."""
+
+    @property
+    def suffix(self) -> list[int]:
+        return [*self.base, *self.chain]
+
+    @property
+    def rows(self) -> int:
+        return len(self.chain) + 1
+
+
+def readout_from_plan(plan, prompt_len: int, values: Sequence[int]) -> Readout:
+    """A Readout from a judge.completion plan of a score-only read (`plan.prefix` = prompt + base)."""
+    nodes = [node for node, _ in plan.reads()]
+    chain = max(nodes, key=len)
+    if any(tuple(chain[:len(n)]) != tuple(n) for n in nodes):
+        raise ValueError("the scale's values branch into several token paths; one forward pass cannot "
+                         "read them (use a scale whose values share their first tokens)")
+    keys = [str(v) for v in values]
+    return Readout(base=tuple(plan.prefix[prompt_len:]), chain=tuple(chain), values=tuple(values),
+                   paths=tuple(tuple(plan.paths[k]) for k in keys),
+                   breakers=tuple(tuple(plan.breakers.get(k, ())) for k in keys))
+
+
+def choice_logprobs(rows: np.ndarray, r: Readout) -> np.ndarray:
+    """Exact log-probability of each value from the `r.rows` next-token log-prob rows [rows, vocab]
+    (judge.completion.CompletionPlan.combine, on arrays)."""
+    out = []
+    for path, brk in zip(r.paths, r.breakers):
+        lp = sum(float(rows[i, t]) for i, t in enumerate(path))
+        if brk:
+            p_more = float(np.exp(rows[len(path), list(brk)]).sum())
+            lp += float(np.log(max(1.0 - p_more, MIN_REST)))
+        out.append(lp)
+    return np.asarray(out)
+
+
+def distribution(choice_lps: np.ndarray) -> np.ndarray:
+    """The values' probabilities, renormalised over exactly the scale."""
+    z = choice_lps - choice_lps.max(axis=-1, keepdims=True)
+    p = np.exp(z)
+    return p / p.sum(axis=-1, keepdims=True)
+
+
+def expected_score(choice_lps: np.ndarray, values: Sequence[int]) -> np.ndarray:
+    """E[score] under the renormalised distribution (last axis: the values)."""
+    return distribution(choice_lps) @ np.asarray(values, dtype=float)
+
+
+# --- RankNet ------------------------------------------------------------------------------------
+
+def ranknet_loss(diff, target, sigma: float = 1.0) -> np.ndarray:
+    """RankNet cross-entropy of P(first > second) = sigmoid(sigma * diff) against `target`, per pair."""
+    d = sigma * np.asarray(diff, dtype=float)
+    t = np.asarray(target, dtype=float)
+    return t * np.logaddexp(0.0, -d) + (1.0 - t) * np.logaddexp(0.0, d)
+
+
+def pair_metrics(e_first, e_second, target, sigma: float = 1.0) -> dict:
+    """Mean RankNet loss; over decisive pairs (target != 0.5): the share ordered as the teacher
+    prefers and the mean margin E_preferred - E_other."""
+    e1, e2, t = (np.asarray(x, dtype=float) for x in (e_first, e_second, target))
+    d = e1 - e2
+    decisive = t != 0.5
+    signed = np.where(t > 0.5, d, -d)[decisive]
+    return {"pairs": int(len(t)), "loss": float(ranknet_loss(d, t, sigma).mean()) if len(t) else 0.0,
+            "accuracy": float((signed > 0).mean()) if signed.size else 0.0,
+            "margin": float(signed.mean()) if signed.size else 0.0}
+
+
+# --- pairs from relative records ---------------------------------------------------------------
+
+@dataclass
+class Pair:
+    """Two responses to one instruction and the teacher's probability that `first` is better."""
+
+    instruction: str
+    first: str
+    second: str
+    rubric: dict
+    reference_answer: str | None
+    target: float
+    """P(first better): the share of the pair's judgments preferring it (>= 0.5: `first` is preferred)."""
+    judgments: int
+    ids: list[str] = field(default_factory=list)
+    """The relative records aggregated into this pair."""
+
+
+def _pair_key(rec: dict) -> str:
+    a, b = sorted((rec["response_a"], rec["response_b"]))
+    return json.dumps([rec["instruction"], rec.get("rubric"), rec.get("reference_answer"), a, b],
+                      ensure_ascii=False, sort_keys=True)
+
+
+def build_pairs(records: Sequence[dict], ties: str = SKIP_TIES, max_pairs: int | None = None,
+                seed: int = 0) -> tuple[list[Pair], dict]:
+    """Pairs from relative (pairwise) records, one per unordered pair of responses to one instruction:
+    both orders of a swapped pair, a split tie's two halves and repeated judgments are one pair whose
+    target is the share of its judgments preferring the response first in sort order, then turned so
+    the preferred response is `first`. Balanced pairs are ties: skipped, or kept with target 0.5.
+
+    Every record ends in one bucket of the counts: absolute (no pair), tie (skipped), over_max_pairs
+    (not drawn) or paired; `pairs` is how many pairs were made."""
+    if ties not in (SKIP_TIES, HALF_TIES):
+        raise ValueError(f"ties must be {SKIP_TIES!r} or {HALF_TIES!r}, got {ties!r}")
+    counts = {"records": len(records), "absolute": 0, "tie": 0, "over_max_pairs": 0, "paired": 0, "pairs": 0}
+    groups: dict[str, list[dict]] = {}
+    for rec in records:
+        if rec.get("mode") != "relative" or rec.get("verdict") not in ("A", "B"):
+            counts["absolute"] += 1
+            continue
+        groups.setdefault(_pair_key(rec), []).append(rec)
+    pairs = []
+    for recs in groups.values():
+        pair = _aggregate(recs)
+        if pair.target == 0.5 and ties == SKIP_TIES:
+            counts["tie"] += len(recs)
+            continue
+        pairs.append(pair)
+    if max_pairs is not None and len(pairs) > max_pairs:
+        keep = set(random.Random(f"{seed}:pairs").sample(range(len(pairs)), max_pairs))
+        counts["over_max_pairs"] = sum(p.judgments for i, p in enumerate(pairs) if i not in keep)
+        pairs = [p for i, p in enumerate(pairs) if i in keep]
+    counts["paired"] = sum(p.judgments for p in pairs)
+    counts["pairs"] = len(pairs)
+    return pairs, counts
+
+
+def _aggregate(recs: list[dict]) -> Pair:
+    first, second = sorted((recs[0]["response_a"], recs[0]["response_b"]))
+    wins = sum((r["response_a"] if r["verdict"] == "A" else r["response_b"]) == first for r in recs)
+    t = wins / len(recs)
+    if t < 0.5:
+        first, second, t = second, first, 1.0 - t
+    r0 = recs[0]
+    return Pair(instruction=r0["instruction"], first=first, second=second, rubric=r0.get("rubric") or {},
+                reference_answer=r0.get("reference_answer"), target=t, judgments=len(recs),
+                ids=[r["id"] for r in recs])
+
+
+def batch_positions(index: int, size: int, n: int, seed: int) -> list[int]:
+    """Pair positions of batch `index` (`size` pairs each) in an endless sequence of seeded
+    permutations of the `n` pairs, one per epoch: a function of the index alone, so a resumed run
+    (which restores the step) draws the same pairs as an uninterrupted one."""
+    return [_epoch_order(n, seed, g // n)[g % n] for g in range(index * size, index * size + size)]
+
+
+@lru_cache(maxsize=4)
+def _epoch_order(n: int, seed: int, epoch: int) -> tuple[int, ...]:
+    order = list(range(n))
+    random.Random(f"{seed}:distill:{epoch}").shuffle(order)
+    return tuple(order)
