@@ -224,3 +224,20 @@ def test_ties_is_a_pairwise_option():
     with pytest.raises(ValueError, match="ties"):
         SourceConfig(format="alpaca_eval", path="x.json", ties="keep")
     assert SourceConfig(format="fastchat", path="x.jsonl", ties="split").ties == "split"
+
+
+def test_vendored_alpaca_eval_sample_builds_and_adds_up(tmp_path):
+    """The real GPT-4 sample (data/vendor/alpaca-eval) through its shipped config."""
+    m = build("configs/data/alpaca-eval.yaml", tmp_path / "b")
+    _adds_up(m)
+    c = m["counts"]
+    # 197 decisive x 2 orders + 2 ties x (2 halves x 2 orders) + 1 null = 403 read; the ties are identical
+    # outputs, so their swapped halves repeat the unswapped ones (duplicate).
+    assert (c["read"], c["kept"], c["train"], c["test"]) == (403, 398, 398, 0)
+    assert c["by_reason"] == {"upstream_parse_failure": 1, "duplicate": 4}
+    recs = read_lines(tmp_path / "b" / "train.jsonl")
+    assert all(r["mode"] == "relative" and r["verdict_only"] and r["judge_model"] == "alpaca_eval_gpt4"
+               for r in recs)
+    assert Counter(r["verdict"] for r in recs) == {"A": 199, "B": 199}  # swap balances GPT-4's 174:23
+    assert sum(bool(r["extra"].get("tie")) for r in recs) == 4
+    assert m["inputs"][0]["sha256"] and m["splits"]["disjoint"]
