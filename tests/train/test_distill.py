@@ -314,9 +314,14 @@ def test_distill_sources_apart_from_the_sft_data(tiny_llama, pair_build, build_d
                        tmp_path / "run")
 
 
-def test_distill_config_is_checked():
+def test_distill_config_is_checked(repo):
     from judgeforge.config import ConfigError, load_config
     from judgeforge.train.config import TrainConfig
+
+    shipped = load_config(TrainConfig, repo / "configs/train/distill.yaml")
+    assert shipped.distill.enabled and shipped.distill.sources == ["runs/data/alpaca-eval"]
+    mixed = load_config(TrainConfig, repo / "configs/train/mixed.yaml")
+    assert not mixed.distill.enabled and [s.fraction for s in mixed.data.sources] == [1.0, 0.25]
 
     with pytest.raises((ConfigError, ValueError), match="scale"):
         load_config(TrainConfig, None, ["distill.scale=[5,1]"])
