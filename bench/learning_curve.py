@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 ROOT = REPO / "runs" / "curve"
 TRAIN_CFG = REPO / "configs" / "train" / "embedded-judge.yaml"
 EVAL_CFG = REPO / "configs" / "eval" / "embedded-judge.yaml"
+BIAS_CFG = REPO / "configs" / "eval" / "embedded-judge-bias.yaml"
 JF = [sys.executable, "-m", "judgeforge.cli"]
 VARIANTS = ("n1", "n3", "expected", "score_only")
 log = logging.getLogger("learning_curve")
@@ -68,18 +69,19 @@ def timed(cmd: list[str], cost_file: Path, step: str) -> None:
         raise SystemExit(f"{step} failed (exit {rc}): {' '.join(cmd)}")
 
 
-def eval_round(name: str, adapter: Path | None, out: Path, cost: Path, extra: list[str]) -> None:
+def eval_round(name: str, adapter: Path | None, out: Path, cost: Path, extra: list[str],
+               config: Path = EVAL_CFG) -> None:
     if (out / "metrics.json").is_file():
         return
-    cfg = yaml.safe_load(EVAL_CFG.read_text())
+    cfg = yaml.safe_load(config.read_text())
     cfg["out"] = str(out)
     cfg["judges"][0]["name"] = name
     if adapter is not None:
         cfg["judges"][0]["adapter"] = str(adapter)
     out.parent.mkdir(parents=True, exist_ok=True)
-    path = out.parent / "eval.yaml"
+    path = out.parent / f"{out.name}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    timed([*JF, "eval", "--config", str(path), *extra], cost, "eval")
+    timed([*JF, "eval", "--config", str(path), *extra], cost, out.name)
 
 
 def train_round(arm_dir: Path, k: int, offset: int, size: int, sets: list[str]) -> Path:
@@ -109,11 +111,19 @@ def run(args) -> None:
     for k, size in enumerate(args.rounds, start=1):
         rdir = train_round(arm_dir, k, offset, size, args.set)
         offset += size
-        eval_round(f"{args.arm}-r{k}", rdir / "train", rdir / "eval", rdir / "cost.json", [])
+        eval_round(f"{args.arm}-r{k}", rdir / "train", rdir / "eval", rdir / "cost.json", args.eval_set)
         if not (rdir / "compare.json").is_file():
             timed([*JF, "eval", "compare", str(base / "eval"), str(rdir / "eval"), "--out",
                    str(rdir / "compare.md"), "--json", str(rdir / "compare.json")], rdir / "cost.json", "compare")
         write_curve(arm_dir)
+
+
+def bias(args) -> None:
+    """The bias probes (configs/eval/embedded-judge-bias.yaml) for a round's judge (0: the base)."""
+    rdir = ROOT / "base" if args.round == 0 else ROOT / args.arm / f"r{args.round}"
+    name = "base" if args.round == 0 else f"{args.arm}-r{args.round}"
+    adapter = None if args.round == 0 else rdir / "train"
+    eval_round(name, adapter, rdir / "bias", rdir / "cost.json", [], config=BIAS_CFG)
 
 
 def _metrics(eval_dir: Path) -> dict:
@@ -225,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--arm", required=True)
     r.add_argument("--rounds", type=lambda s: [int(x) for x in s.split(",")], required=True)
     r.add_argument("--set", action="append", default=[], help="train config override key=value")
+    r.add_argument("--eval-set", action="append", default=[],
+                   help="eval config override key=value for this arm's rounds (e.g. n_values=[1])")
+    b = sub.add_parser("bias")
+    b.add_argument("--arm", default="score")
+    b.add_argument("--round", type=int, required=True)
     for name in ("table", "plot"):
         q = sub.add_parser(name)
         q.add_argument("--arms", type=lambda s: s.split(","), required=True)
@@ -237,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.cmd == "run":
         run(args)
+    elif args.cmd == "bias":
+        bias(args)
     elif args.cmd == "table":
         print(table(args), end="")
     else:

@@ -17,8 +17,9 @@ class EngineConfig(Config):
     kind: Literal["vllm", "transformers", "openai"] = "vllm"
     """Which engine produces the samples: in-process vLLM, transformers `generate`, or an
     OpenAI-compatible endpoint."""
-    model: str = "default"
-    """Base (or merged) judge model: `default` (embedded SmolLM2), a local dir or a hub id.
+    model: str = "default-judge"
+    """Judge model: `default-judge` (the embedded SmolLM2 with judgeforge's shipped trained adapter
+    merged in), `default` (the untrained SmolLM2 base), a local (merged) model dir or a hub id.
     For `openai`, the model name sent to the endpoint."""
     adapters: dict[str, str] = {}
     """LoRA adapters served per request, name -> adapter dir. Each dir must record the

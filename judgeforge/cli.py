@@ -14,6 +14,7 @@ import sys
 COMMANDS: dict[tuple[str, ...], str] = {
     ("data", "build"): "judgeforge.data.build:main",
     ("model", "prepare"): "judgeforge.models:main",
+    ("model", "ship"): "judgeforge.ship:main",
     ("train",): "judgeforge.train.run:main",
     ("train", "merge"): "judgeforge.train.merge:main",
     ("eval",): "judgeforge.eval.run:main",

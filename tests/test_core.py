@@ -68,3 +68,34 @@ def test_default_model_is_a_plain_transformers_checkpoint(default_model_dir):
     text = tok.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
     assert "Paris" in text
     assert models.resolve_model("default") == str(default_model_dir)
+
+
+def test_default_judge_is_the_shipped_adapter_named_by_its_content(tmp_path, monkeypatch):
+    """`default-judge` = base + the committed adapter (<= 20 MB), cached under its content hash;
+    its judgeforge.json says what trained it; engines use it when no model is named."""
+    from judgeforge.judge.config import EngineConfig
+
+    ship = models.SHIPPED_ADAPTER
+    weights = ship / "adapter_model.safetensors"
+    assert weights.is_file() and weights.stat().st_size <= 20 * 2**20
+    meta = json.loads((ship / "judgeforge.json").read_text())
+    assert meta["template_version"] == "prometheus2-v1" and meta["base_model"] == "default"
+    assert meta["command"].startswith("judgeforge train") or "learning_curve" in meta["command"]
+    assert all(d["manifest_sha256"] for d in meta["data"])
+    monkeypatch.setenv("JUDGEFORGE_HOME", str(tmp_path))
+    assert models.default_judge_dir().name.endswith(models.shipped_adapter_sha()[:12])
+    assert EngineConfig().model == models.DEFAULT_JUDGE
+
+
+@pytest.mark.slow
+def test_default_judge_merges_into_the_base_and_differs_from_it(default_model_dir):
+    from safetensors.torch import load_file
+
+    judge = models.ensure_default_judge()
+    assert models.resolve_model("default-judge") == str(judge)
+    meta = json.loads((judge / "judgeforge.json").read_text())
+    assert meta["merged_from"] and meta["command"]
+    a, b = load_file(default_model_dir / "model.safetensors"), load_file(judge / "model.safetensors")
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert a[name].shape == b[name].shape and not (a[name] == b[name]).all()
+    assert (a["model.embed_tokens.weight"] == b["model.embed_tokens.weight"]).all()  # not adapted

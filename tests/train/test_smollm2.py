@@ -57,7 +57,8 @@ def test_default_recipe_trains_smollm2_and_the_merged_judge_grades(repo, build_d
     assert len(curves["train"]) == 2 and all(math.isfinite(p["loss"]) for p in curves["train"])
     assert curves["eval"] and (out / "loss.png").stat().st_size > 1000
     data = json.loads((out / "data.json").read_text())
-    assert data["train"] >= 4 and data["max_length"] == 1024
+    assert data["train"] >= 4 and data["max_length"] == 2048
+    assert meta["target"] == "score"  # the demo recipe trains the verdict alone
 
     merged = tmp_path / "merged"
     m = cli("train", "merge", "--adapter", str(out), "--out", str(merged), timeout=600)

@@ -176,7 +176,11 @@ def test_7b_and_default_configs():
     seven = load_config(TrainConfig, REPO / "configs/train/prometheus-bgb-7b.yaml")
     assert seven.model.name == "prometheus-eval/prometheus-7b-v2.0" and "lm_head" in seven.lora.target_modules
     default = load_config(TrainConfig, REPO / "configs/train/default.yaml")
-    assert default.model.name == "default" and default.precision == "fp32"
+    # The demo recipe is issue 9's: score-only targets, 2048 tokens, bf16 autocast over fp32 weights.
+    assert (default.model.name, default.model.dtype, default.precision) == ("default", "float32", "bf16")
+    assert (default.data.target, default.data.max_length, default.data.sources[0].limit) == ("score", 2048, 150)
+    curve = load_config(TrainConfig, REPO / "configs/train/embedded-judge.yaml")
+    assert (curve.data.target, curve.optim.lr, curve.lora) == (default.data.target, default.optim.lr, default.lora)
 
 
 def test_batch_must_split_over_devices():
@@ -230,4 +234,5 @@ def test_wandb_offline_without_a_key_and_off_when_disabled(tmp_path, monkeypatch
     args = run.sft_args(cfg, tmp_path, has_eval=False)
     assert args.report_to == []
     assert args.completion_only_loss is True and args.max_length is None  # judgeforge drops, never truncates
-    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (1, 4)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (1, 8)
+    assert args.bf16 and args.use_cpu == (not run._has_gpu())  # bf16 on a CPU = autocast
