@@ -277,8 +277,8 @@ def test_openai_errors_are_typed(default_model_dir, smollm_tok):
 def hf_engine(default_model_dir, lora_adapters):
     from judgeforge.judge.engines import build_engine
 
-    with build_engine(EngineConfig(kind="transformers", adapters=lora_adapters, seed=0,
-                                   cpu_threads=1)) as eng:
+    with build_engine(EngineConfig(kind="transformers", model=str(default_model_dir), adapters=lora_adapters,
+                                   seed=0, cpu_threads=1)) as eng:  # the adapters' base
         yield eng
 
 

@@ -85,7 +85,7 @@ def test_server_refuses_adapter_from_another_template(repo, tmp_path, lora_adapt
 def test_vllm_serves_two_lora_adapters_per_request(repo, tmp_path, lora_adapters):
     srv = _server(repo, "configs/serve/default.yaml",
                   ["sampling.max_tokens=16", "engine.max_lora_rank=8", "engine.enforce_eager=true",
-                   *_adapter_overrides(lora_adapters)],
+                   "engine.model=default", *_adapter_overrides(lora_adapters)],  # the adapters' base
                   tmp_path)
     try:
         greedy = {**BODY, "n": 2, "temperature": 0, "include_samples": True}

@@ -31,7 +31,10 @@ BODY = {"instruction": "What is the capital of France?", "response": "Paris is t
         "rubric": "factual_validity", "reference_answer": "Paris."}
 OVERRIDES = ["sampling.max_tokens=48", "sampling.max_n=8", "sampling.max_tokens_limit=512",
              "sampling.max_resample_rounds=1", "server.max_batch=4", "server.health_poll_s=0.5",
-             "engine.max_num_seqs=64", "engine.enforce_eager=true"]  # no compile: tests start faster
+             "engine.max_num_seqs=64", "engine.enforce_eager=true",  # no compile: tests start faster
+             # The untrained base: it writes long feedback, which the disconnect test needs (the shipped
+             # default-judge answers `[RESULT] n` at once); default-judge through vLLM: test_completion_engines.
+             "engine.model=default"]
 
 
 @pytest.fixture(scope="module")
