@@ -79,8 +79,13 @@ def compare_rows(dir_a: str | Path, dir_b: str | Path, n_boot: int = 1000, seed:
 
 
 def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 1000, seed: int = 42) -> str:
+    return format_rows(dir_a, dir_b, compare_rows(dir_a, dir_b, n_boot, seed))
+
+
+def format_rows(dir_a: str | Path, dir_b: str | Path, found: list[dict]) -> str:
+    """The markdown table of `compare_rows`."""
     rows = []
-    for r in compare_rows(dir_a, dir_b, n_boot, seed):
+    for r in found:
         d = r["paired"]
         has_ci = bool(d and d["lo"] is not None)
         ci = f"[{_f(d['lo'])}, {_f(d['hi'])}]" if has_ci else ""
@@ -106,10 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-boot", type=int, default=1000)
     p.add_argument("--seed", type=int, default=42)
     args = p.parse_args(argv)
-    text = compare(args.a, args.b, n_boot=args.n_boot, seed=args.seed)
+    found = compare_rows(args.a, args.b, n_boot=args.n_boot, seed=args.seed)  # bootstrapped once
+    text = format_rows(args.a, args.b, found)
     if args.out:
         atomic_write_text(args.out, text)
     if args.json:
-        atomic_write_json(args.json, compare_rows(args.a, args.b, n_boot=args.n_boot, seed=args.seed))
+        atomic_write_json(args.json, found)
     print(text, end="")
     return 0
