@@ -481,7 +481,9 @@ def main(argv: list[str]) -> int:
     console.print(summary_table(manifest))
     sp = manifest["splits"]
     console.print(f"train models: {', '.join(sp['train']['response_models']) or '-'} | "
-                  f"test models: {', '.join(sp['test']['response_models']) or '-'} | disjoint: {sp['disjoint']}")
+                  f"test models: {', '.join(sp['test']['response_models']) or '-'} | disjoint: {sp['disjoint']}"
+                  + (f" | held-out instructions: {sp['held_out_instructions']}, instructions disjoint: "
+                     f"{sp['instructions_disjoint']}" if sp.get("held_out_instructions") else ""))
     console.print(f"wrote {cfg.out}/ (train.jsonl, test.jsonl, rejects.jsonl, dropped.jsonl, manifest.json, config.yaml)")
     return 0
 

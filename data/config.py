@@ -128,7 +128,8 @@ class SplitConfig(Config):
     """If no `test_models`: hold out this fraction of the response models (seeded, at least one when > 0)."""
     test_instruction_fraction: float = Field(0.0, ge=0.0, lt=1.0)
     """Also hold out this fraction of instructions (seeded): train never sees them, and records that
-    pair a held-out instruction with a train model are dropped (counted as `dropped_by_split`)."""
+    pair a held-out instruction with a train model are dropped (counted as `dropped_by_split`). With no
+    held-out model, the held-out instructions' records are the test split (instruction-only split)."""
     seed: int = 42
     """Seed for the fractional hold-outs."""
 

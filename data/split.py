@@ -65,7 +65,9 @@ def models_of(j) -> tuple[str, ...]:
 
 def split_records(records: list[Judgment], test_models: list[str], instruction_fraction: float, seed: int):
     """(train, test, dropped): test = held-out models; with an instruction fraction, train keeps only
-    non-held-out instructions and train-model records on held-out instructions are dropped.
+    non-held-out instructions and train-model records on held-out instructions are dropped. With no
+    held-out model (e.g. every pair shows the same two models), the held-out instructions' records are
+    the test split instead: an instruction-only split.
 
     A pair goes to test only when both its models are held out; a pair of a held-out and a train model
     is dropped, so neither split shows a model of the other (train never sees a held-out model's
@@ -87,7 +89,7 @@ def split_records(records: list[Judgment], test_models: list[str], instruction_f
             if out is None:
                 out = memo[j.instruction] = seeded_fraction(j.instruction, seed, instruction_fraction)
             if out:
-                dropped.append(j)
+                (dropped if held else test).append(j)
                 continue
         train.append(j)
     return train, test, dropped

@@ -10,8 +10,9 @@ from judgeforge.config import Config
 from judgeforge.eval.probes import INJECTION
 from judgeforge.judge.config import EngineConfig
 
-SET_KINDS = ("heldout", "prometheus", "hhh", "mt_bench_human", "autoj", "flask", "feedback_bench", "pandalm")
-PAIRWISE_KINDS = ("hhh", "mt_bench_human", "autoj", "pandalm")
+SET_KINDS = ("heldout", "heldout_pairs", "prometheus", "hhh", "mt_bench_human", "autoj", "flask", "feedback_bench",
+             "pandalm")
+PAIRWISE_KINDS = ("heldout_pairs", "hhh", "mt_bench_human", "autoj", "pandalm")
 
 
 class JudgeConfig(Config):
@@ -32,10 +33,12 @@ class SetConfig(Config):
 
     name: str
     """Label in tables (unique)."""
-    kind: Literal["heldout", "prometheus", "hhh", "mt_bench_human", "autoj", "flask", "feedback_bench", "pandalm"]
-    """heldout: a data build's test split (GPT-4 reference); prometheus/flask/feedback_bench: absolute
-    sets with GPT-4 scores in the Prometheus benchmark (or Feedback Collection) layout; hhh,
-    mt_bench_human, autoj, pandalm: human pairwise preferences."""
+    kind: Literal["heldout", "heldout_pairs", "prometheus", "hhh", "mt_bench_human", "autoj", "flask",
+                  "feedback_bench", "pandalm"]
+    """heldout: a data build's test split (GPT-4 reference); heldout_pairs: its relative (pairwise) records,
+    one pair per unordered pair, reference = the pairwise judge's majority (ties apart);
+    prometheus/flask/feedback_bench: absolute sets with GPT-4 scores in the Prometheus benchmark (or
+    Feedback Collection) layout; hhh, mt_bench_human, autoj, pandalm: human pairwise preferences."""
     path: str
     """File, data-build directory (heldout) or Hugging Face dataset id."""
     role: Literal["mimic", "forgetting", "human"] | None = None
@@ -46,7 +49,7 @@ class SetConfig(Config):
     response_models: list[str] = []
     """Keep only these response models (absolute sets)."""
     build_config: str | None = None
-    """heldout only: when `path` has no test.jsonl, build it with this data config first."""
+    """heldout, heldout_pairs: when `path` has no test.jsonl, build it with this data config first."""
     rubric_preset: str = "helpfulness"
     """Rubric for sets that ship none (MT-Bench human, Auto-J); recorded in the report."""
     modes: list[Literal["absolute", "relative"]] = ["absolute"]

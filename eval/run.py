@@ -55,6 +55,8 @@ def load_set(sc: SetConfig, seed: int) -> S.EvalSet:
     preset = None
     if sc.kind == "heldout":
         items, n = S.load_heldout(str(_ensure_heldout(sc)), response_models=sc.response_models or None)
+    elif sc.kind == "heldout_pairs":
+        items, n = S.load_heldout_pairs(str(_ensure_heldout(sc)), seed=seed)
     elif sc.kind in ("prometheus", "flask", "feedback_bench"):
         items, n = S.load_prometheus_absolute(sc.path, sc.name, response_models=sc.response_models or None,
                                               split=sc.split)
@@ -73,7 +75,7 @@ def load_set(sc: SetConfig, seed: int) -> S.EvalSet:
         raise S.SetUnavailable(f"{sc.path} holds no items for this set (response_models filter?)")
     pairwise = sc.kind in PAIRWISE_KINDS
     return S.EvalSet(name=sc.name, kind="pairwise" if pairwise else "absolute",
-                     reference="human" if pairwise else "gpt-4", items=S.subset(items, sc.max_items, seed),
+                     reference="human" if pairwise and sc.kind != "heldout_pairs" else "gpt-4", items=S.subset(items, sc.max_items, seed),
                      source=sc.path, n_available=n, rubric_preset=preset)
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from judgeforge.config import ConfigError
+from judgeforge.data.pairwise import HALF_TIES, build_pairs
 from judgeforge.data.readers import read_objects
 from judgeforge.data.templates import DEFAULT_SCALE, Rubric, Scale, rubric_preset
 from judgeforge.judge.items import CompareItem, GradeItem
@@ -133,6 +134,7 @@ LAYOUTS = {
     "autoj": ("label", "prompt", "response 1", "response 2"),
     "pandalm": ("instruction", "response1", "response2", "annotator1", "annotator2", "annotator3"),
     "heldout": ("item_id", "instruction", "response", "rubric", "scale", "score"),
+    "heldout_pairs": ("id", "instruction", "response_a", "response_b", "verdict"),
 }
 
 
@@ -279,6 +281,32 @@ def load_heldout(build_dir: str, *, response_models: list[str] | None = None) ->
                                  reference_answer=r.get("reference_answer"), scale=Scale.parse(r["scale"]),
                                  category=r.get("category"), response_model=r.get("response_model"),
                                  ref_score=sum(scores) / len(scores), ref_samples=scores))
+    return items, len(items)
+
+
+def load_heldout_pairs(build_dir: str, *, seed: int = 0) -> tuple[list[PairItem], int]:
+    """The relative (pairwise) records of a data build's held-out split as pairs, grouped as training
+    groups them (data.pairwise.build_pairs): both orders of a swapped pair, a split tie's two halves and
+    repeated judgments are one pair; reference = the judge's majority ('tie' when balanced, e.g. a split
+    tie). The preferred side is put at A or B by a seeded coin, as for HHH."""
+    path = Path(build_dir) / "test.jsonl"
+    if not path.is_file():
+        raise SetUnavailable(f"no held-out split at {path} (run `judgeforge data build` first)")
+    records = []
+    for place, r in read_objects(path):
+        if r.get("mode") == "relative":
+            require(r, "heldout_pairs", path, place)
+            records.append(r)
+    pairs, _ = build_pairs(records, HALF_TIES)
+    rng = random.Random(seed)
+    items = []
+    for p in sorted(pairs, key=lambda p: min(p.ids)):
+        first_at_a = rng.random() < 0.5
+        a, b = (p.first, p.second) if first_at_a else (p.second, p.first)
+        human = "tie" if p.target == 0.5 else "a" if first_at_a else "b"
+        items.append(PairItem(id=f"pair:{min(p.ids)}", instruction=p.instruction, response_a=a, response_b=b,
+                              human=human, rubric=Rubric.from_dict(p.rubric),
+                              reference_answer=p.reference_answer))
     return items, len(items)
 
 

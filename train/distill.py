@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from judgeforge.data.pairwise import Pair, build_pairs
 from judgeforge.config import ConfigError
 from judgeforge.train import ranking
 from judgeforge.train.trainer import JudgeSFTTrainer
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 class PairFeed:
     """The tokenized distillation pairs and how they are used."""
 
-    pairs: list[ranking.Pair]
+    pairs: list[Pair]
     first_ids: list[list[int]]
     """Per pair: the preferred response's score-only prompt ids, readout suffix included."""
     second_ids: list[list[int]]
@@ -62,7 +63,7 @@ def score_readout(tokenizer, scale: tuple[int, int]) -> ranking.Readout:
         raise ConfigError(f"distill.scale {list(scale)}: {e}") from None
 
 
-def score_prompt_ids(tokenizer, pair: ranking.Pair, response: str, scale: tuple[int, int],
+def score_prompt_ids(tokenizer, pair: Pair, response: str, scale: tuple[int, int],
                      readout: ranking.Readout) -> list[int]:
     """Chat-templated absolute prompt of one response (exactly the served prompt) + `[RESULT] ` + chain."""
     from judgeforge.data.templates import Rubric, Scale, absolute_messages
@@ -74,10 +75,10 @@ def score_prompt_ids(tokenizer, pair: ranking.Pair, response: str, scale: tuple[
 
 
 def prepare_pairs(cfg, tokenizer, records: list[dict]) -> PairFeed:
-    """Pairs from `records` (train.ranking.build_pairs), tokenized; pairs longer than
+    """Pairs from `records` (data.pairwise.build_pairs), tokenized; pairs longer than
     `data.max_length` are dropped and counted (`overlong`, in records like every bucket)."""
     d = cfg.distill
-    pairs, counts = ranking.build_pairs(records, d.ties, d.max_pairs, cfg.seed)
+    pairs, counts = build_pairs(records, d.ties, d.max_pairs, cfg.seed)
     readout = score_readout(tokenizer, d.scale)
     kept, firsts, seconds, over = [], [], [], 0
     for p in pairs:

@@ -20,20 +20,21 @@ where "10" continues) lie on one chain of tokens, so the sequence prompt + share
 plan; `choice_logprobs` is the reference implementation the torch version (train.distill) is tested
 against.
 
+The pairs themselves (a build's relative records grouped per unordered pair, with the teacher's share)
+are data.pairwise.build_pairs: evaluation reads held-out pairs with the same rule.
+
 Pure: numpy only.
 """
 
 from __future__ import annotations
 
-import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 
-SKIP_TIES, HALF_TIES = "skip", "half"
 MIN_REST = 1e-6
 """Floor of 1 - P(a value's path continues into another), so a value is never read as impossible (log 0)."""
 
@@ -123,76 +124,6 @@ def pair_metrics(e_first, e_second, target, sigma: float = 1.0) -> dict:
     return {"pairs": int(len(t)), "loss": float(ranknet_loss(d, t, sigma).mean()) if len(t) else 0.0,
             "accuracy": float((signed > 0).mean()) if signed.size else 0.0,
             "margin": float(signed.mean()) if signed.size else 0.0}
-
-
-# --- pairs from relative records ---------------------------------------------------------------
-
-@dataclass
-class Pair:
-    """Two responses to one instruction and the teacher's probability that `first` is better."""
-
-    instruction: str
-    first: str
-    second: str
-    rubric: dict
-    reference_answer: str | None
-    target: float
-    """P(first better): the share of the pair's judgments preferring it (>= 0.5: `first` is preferred)."""
-    judgments: int
-    ids: list[str] = field(default_factory=list)
-    """The relative records aggregated into this pair."""
-
-
-def _pair_key(rec: dict) -> str:
-    a, b = sorted((rec["response_a"], rec["response_b"]))
-    return json.dumps([rec["instruction"], rec.get("rubric"), rec.get("reference_answer"), a, b],
-                      ensure_ascii=False, sort_keys=True)
-
-
-def build_pairs(records: Sequence[dict], ties: str = SKIP_TIES, max_pairs: int | None = None,
-                seed: int = 0) -> tuple[list[Pair], dict]:
-    """Pairs from relative (pairwise) records, one per unordered pair of responses to one instruction:
-    both orders of a swapped pair, a split tie's two halves and repeated judgments are one pair whose
-    target is the share of its judgments preferring the response first in sort order, then turned so
-    the preferred response is `first`. Balanced pairs are ties: skipped, or kept with target 0.5.
-
-    Every record ends in one bucket of the counts: absolute (no pair), tie (skipped), over_max_pairs
-    (not drawn) or paired; `pairs` is how many pairs were made."""
-    if ties not in (SKIP_TIES, HALF_TIES):
-        raise ValueError(f"ties must be {SKIP_TIES!r} or {HALF_TIES!r}, got {ties!r}")
-    counts = {"records": len(records), "absolute": 0, "tie": 0, "over_max_pairs": 0, "paired": 0, "pairs": 0}
-    groups: dict[str, list[dict]] = {}
-    for rec in records:
-        if rec.get("mode") != "relative" or rec.get("verdict") not in ("A", "B"):
-            counts["absolute"] += 1
-            continue
-        groups.setdefault(_pair_key(rec), []).append(rec)
-    pairs = []
-    for recs in groups.values():
-        pair = _aggregate(recs)
-        if pair.target == 0.5 and ties == SKIP_TIES:
-            counts["tie"] += len(recs)
-            continue
-        pairs.append(pair)
-    if max_pairs is not None and len(pairs) > max_pairs:
-        keep = set(random.Random(f"{seed}:pairs").sample(range(len(pairs)), max_pairs))
-        counts["over_max_pairs"] = sum(p.judgments for i, p in enumerate(pairs) if i not in keep)
-        pairs = [p for i, p in enumerate(pairs) if i in keep]
-    counts["paired"] = sum(p.judgments for p in pairs)
-    counts["pairs"] = len(pairs)
-    return pairs, counts
-
-
-def _aggregate(recs: list[dict]) -> Pair:
-    first, second = sorted((recs[0]["response_a"], recs[0]["response_b"]))
-    wins = sum((r["response_a"] if r["verdict"] == "A" else r["response_b"]) == first for r in recs)
-    t = wins / len(recs)
-    if t < 0.5:
-        first, second, t = second, first, 1.0 - t
-    r0 = recs[0]
-    return Pair(instruction=r0["instruction"], first=first, second=second, rubric=r0.get("rubric") or {},
-                reference_answer=r0.get("reference_answer"), target=t, judgments=len(recs),
-                ids=[r["id"] for r in recs])
 
 
 def batch_positions(index: int, size: int, n: int, seed: int) -> list[int]:

@@ -233,11 +233,21 @@ def test_vendored_alpaca_eval_sample_builds_and_adds_up(tmp_path):
     c = m["counts"]
     # 197 decisive x 2 orders + 2 ties x (2 halves x 2 orders) + 1 null = 403 read; the ties are identical
     # outputs, so their swapped halves repeat the unswapped ones (duplicate).
-    assert (c["read"], c["kept"], c["train"], c["test"]) == (403, 398, 398, 0)
+    assert (c["read"], c["kept"], c["train"], c["test"]) == (403, 398, 300, 98)  # a quarter of instructions
     assert c["by_reason"] == {"upstream_parse_failure": 1, "duplicate": 4}
-    recs = read_lines(tmp_path / "b" / "train.jsonl")
+    train, test = (read_lines(tmp_path / "b" / f) for f in ("train.jsonl", "test.jsonl"))
+    recs = train + test
     assert all(r["mode"] == "relative" and r["verdict_only"] and r["judge_model"] == "alpaca_eval_gpt4"
                for r in recs)
     assert Counter(r["verdict"] for r in recs) == {"A": 199, "B": 199}  # swap balances GPT-4's 174:23
     assert sum(bool(r["extra"].get("tie")) for r in recs) == 4
-    assert m["inputs"][0]["sha256"] and m["splits"]["disjoint"]
+    assert m["inputs"][0]["sha256"] and m["splits"]["instructions_disjoint"]
+    assert not {r["instruction"] for r in train} & {r["instruction"] for r in test}
+    # The held-out pairs as the evaluation reads them: one per instruction, GPT-4's verdict on each.
+    from judgeforge.eval.sets import load_heldout_pairs
+    pairs, n = load_heldout_pairs(str(tmp_path / "b"))
+    assert n == len({r["instruction"] for r in test}) == 49
+    verdicts = {(r["instruction"], r["response_a"]): r["verdict"] for r in test}
+    for p in pairs:
+        won = p.response_a if p.human == "a" else p.response_b
+        assert verdicts[(p.instruction, won)] == "A"  # the preferred response wins when shown first

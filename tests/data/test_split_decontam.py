@@ -49,10 +49,13 @@ def test_split_partitions_and_never_leaks(pairs, model_frac, seed, instr_frac):
     held = choose_test_models([j.response_model for j in recs], [], model_frac, seed)
     train, test, dropped = split_records(recs, held, instr_frac, seed)
     assert sorted(map(id, train + test + dropped)) == sorted(map(id, recs))  # a partition
-    assert not {j.response_model for j in train} & {j.response_model for j in test}
-    assert {j.response_model for j in test} <= set(held)
-    # Held-out instructions never reach train.
-    assert not {j.instruction for j in train} & {j.instruction for j in dropped}
+    assert not {j.instruction for j in train} & {j.instruction for j in dropped}  # held-out never in train
+    if held:
+        assert not {j.response_model for j in train} & {j.response_model for j in test}
+        assert {j.response_model for j in test} <= set(held)
+    else:  # instruction-only split: test = the held-out instructions, none of them in train
+        assert not dropped and not {j.instruction for j in train} & {j.instruction for j in test}
+        assert bool(test) <= (instr_frac > 0)
     again = split_records(list(reversed(recs)), held, instr_frac, seed)
     assert {id(j) for j in again[0]} == {id(j) for j in train}  # order-independent
 
@@ -108,3 +111,12 @@ def test_flag_mode_keeps_and_marks(tmp_path):
     assert c["decontaminated"] == 0 and m["decontamination"]["contaminated"] == 42
     train = read_lines(tmp_path / "o" / "train.jsonl")
     assert sum(r["extra"]["contaminated"] is True for r in train) == 42 and c["train"] == 678 + 42
+
+
+def test_instruction_only_split_tests_the_held_out_instructions():
+    recs = [judgment(f"{m}{q}", 3, model=m, instruction=f"question {q}") for m in "ab" for q in range(40)]
+    train, test, dropped = split_records(recs, [], 0.25, 1)
+    assert not dropped and len(train) + len(test) == 80 and 0 < len(test) < 80
+    held = {j.instruction for j in test}
+    assert not held & {j.instruction for j in train}
+    assert all({j.response_model for j in test if j.instruction == q} == {"a", "b"} for q in held)

@@ -209,3 +209,25 @@ def test_eval_cli_prints_one_line_for_a_wrong_layout(tmp_path, vendor, capsys):
     err = capsys.readouterr().err.strip()
     assert rc != 0 and "Traceback" not in err and len(err.splitlines()) == 1
     assert str(path) in err and "'label'" in err and "record 1" in err
+
+
+def _rel(rid: str, a: str, b: str, verdict: str, q: str = "Q", **extra) -> dict:
+    return {"id": rid, "mode": "relative", "instruction": q, "response_a": a, "response_b": b, "verdict": verdict,
+            "rubric": {"criteria": "c"}, "reference_answer": None, "extra": extra}
+
+
+def test_heldout_pairs_group_orders_and_ties(tmp_path):
+    recs = [_rel("1", "good", "bad", "A"), _rel("2", "bad", "good", "B", swapped=True),  # one pair, 2 orders
+            _rel("3", "x", "y", "A", q="Q2", tie=True), _rel("4", "x", "y", "B", q="Q2", tie=True),  # split tie
+            _rel("5", "p", "q", "A", q="Q3"), _rel("6", "q", "p", "A", q="Q3", swapped=True),  # orders disagree
+            {"mode": "absolute", "item_id": "z", "instruction": "Q", "response": "R", "score": 3}]
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    items, n = S.load_heldout_pairs(str(tmp_path), seed=0)
+    assert n == len(items) == 3
+    by_q = {i.instruction: i for i in items}
+    good = by_q["Q"]
+    assert good.human in ("a", "b") and good.side(good.human).response == "good"
+    assert by_q["Q2"].human == by_q["Q3"].human == "tie"
+    assert [i.human for i in S.load_heldout_pairs(str(tmp_path), seed=0)[0]] == [i.human for i in items]
+    with pytest.raises(S.SetUnavailable, match="data build"):
+        S.load_heldout_pairs(str(tmp_path / "nope"))

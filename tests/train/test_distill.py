@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from judgeforge.data.pairwise import build_pairs
 from judgeforge.train import ranking as R
 
 finite = st.floats(-30, 30, allow_nan=False)
@@ -70,15 +71,15 @@ def test_build_pairs_aggregates_orders_ties_and_repeats():
             rel("q2", "x", "y", "A"), rel("q2", "x", "y", "B"),                 # a split tie
             rel("q3", "u", "v", "B"), rel("q3", "v", "u", "A"), rel("q3", "u", "v", "A"),  # 2 of 3 for v
             {"id": "abs", "mode": "absolute", "score": 3}]
-    pairs, c = R.build_pairs(recs)
+    pairs, c = build_pairs(recs)
     assert c == {"records": 8, "absolute": 1, "tie": 2, "over_max_pairs": 0, "paired": 5, "pairs": 2}
     by_q = {p.instruction: p for p in pairs}
     assert (by_q["q1"].first, by_q["q1"].second, by_q["q1"].target) == ("good", "bad", 1.0)
     assert (by_q["q3"].first, by_q["q3"].target, by_q["q3"].judgments) == ("v", pytest.approx(2 / 3), 3)
-    half, c2 = R.build_pairs(recs, ties="half")
+    half, c2 = build_pairs(recs, ties="half")
     assert c2["tie"] == 0 and c2["pairs"] == 3 and [p.target for p in half if p.instruction == "q2"] == [0.5]
     with pytest.raises(ValueError):
-        R.build_pairs(recs, ties="keep")
+        build_pairs(recs, ties="keep")
 
 
 verdicts = st.lists(st.tuples(st.integers(0, 4), st.booleans(), st.sampled_from("AB")), min_size=1, max_size=30)
@@ -90,14 +91,14 @@ verdicts = st.lists(st.tuples(st.integers(0, 4), st.booleans(), st.sampled_from(
 def test_build_pairs_counts_add_up_and_ignore_record_order(rows, rnd, ties, max_pairs):
     recs = [rel(f"q{q}", *(("r1", "r2") if flip else ("r2", "r1")), v, rid=f"{i}")
             for i, (q, flip, v) in enumerate(rows)]
-    pairs, c = R.build_pairs(recs, ties, max_pairs)
+    pairs, c = build_pairs(recs, ties, max_pairs)
     assert c["records"] == c["absolute"] + c["tie"] + c["over_max_pairs"] + c["paired"] == len(recs)
     assert c["pairs"] == len(pairs) <= (max_pairs if max_pairs is not None else len(pairs))
     assert all(p.target >= 0.5 and (ties == "half" or p.target > 0.5) for p in pairs)
     if max_pairs is None:
         shuffled = list(recs)
         rnd.shuffle(shuffled)
-        again, _ = R.build_pairs(shuffled, ties)
+        again, _ = build_pairs(shuffled, ties)
         assert sorted((p.instruction, p.first, p.target) for p in again) == \
             sorted((p.instruction, p.first, p.target) for p in pairs)
 

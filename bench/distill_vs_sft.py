@@ -1,0 +1,134 @@
+"""Issue 11: pairwise-to-pointwise distillation against plain SFT on the same records.
+
+    python bench/distill_vs_sft.py run --records 150      # start eval, both arms' training and evals
+    python bench/distill_vs_sft.py table                  # markdown, from runs/distill/summary.json
+
+Both arms continue the shipped default judge (judgeforge/default_judge, the learning curve's round 2)
+for one continual round on the same window of configs/data/embedded-judge.yaml's shuffled train split
+(the records after the curve's first two rounds), with the same recipe (configs/train/embedded-judge.yaml):
+- sft: the recipe as it is;
+- distill: the recipe plus the RankNet loss on the judge's expected scores of the AlpacaEval GPT-4
+  preference pairs of configs/data/alpaca-eval.yaml's train split (`--set` adds overrides).
+The start judge and both arms are evaluated with configs/eval/distill.yaml (GPT-4 correlation on the 160
+held-out MT-Bench items, human agreement on HHH, GPT-4 agreement on the held-out AlpacaEval pairs), and
+compared pairwise on the same items (`judgeforge eval compare`: paired bootstrap intervals). Steps are
+judgeforge subprocesses, timed into cost.json and skipped when done (bench/learning_curve.py's runner);
+a killed training resumes from its checkpoint. Everything lands in runs/distill/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import learning_curve as lc  # noqa: E402  (the timed, resumable step runner)
+
+ROOT = lc.REPO / "runs" / "distill"
+EVAL_CFG = lc.REPO / "configs" / "eval" / "distill.yaml"
+START = "judgeforge/default_judge"
+OFFSET = 300
+"""Records of the build's shuffle the shipped judge was trained on (the curve's rounds 1 and 2)."""
+DISTILL = {"enabled": True, "weight": 1.0, "sources": ["runs/data/alpaca-eval"], "scale": [1, 5],
+           "sigma": 1.0, "ties": "skip", "batch_pairs": 1}
+BUILDS = {"runs/data/embedded-judge": "configs/data/embedded-judge.yaml",
+          "runs/data/alpaca-eval": "configs/data/alpaca-eval.yaml"}
+ARMS = ("sft", "distill")
+log = logging.getLogger("distill_vs_sft")
+
+
+def ensure_builds() -> None:
+    for out, config in BUILDS.items():
+        if not (lc.REPO / out / "manifest.json").is_file():
+            lc.timed([*lc.JF, "data", "build", "--config", config, "progress=false"], ROOT / "cost.json",
+                     f"build:{Path(out).name}")
+
+
+def train_arm(arm: str, records: int, sets: list[str]) -> Path:
+    adir = ROOT / arm
+    cfg = yaml.safe_load(lc.TRAIN_CFG.read_text())
+    cfg["out"] = str(adir / "train")
+    cfg["data"]["sources"][0].update(offset=OFFSET, limit=records)
+    cfg["model"]["adapter"] = START
+    cfg["tracking"]["run_name"] = f"distill-vs-sft-{arm}-train"
+    if arm == "distill":
+        cfg["distill"] = dict(DISTILL)
+        for s in sets:
+            key, value = s.split("=", 1)
+            lc.set_dotted(cfg, key, yaml.safe_load(value))
+    adir.mkdir(parents=True, exist_ok=True)
+    path = adir / "train.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    if not (adir / "train" / "adapter" / "judgeforge.json").is_file():
+        lc.timed([*lc.JF, "train", "--config", str(path)], adir / "cost.json", "train")
+    return adir / "train"
+
+
+def compare(a: str, b: str) -> None:
+    out = ROOT / f"compare-{b}-vs-{a}"
+    if not out.with_suffix(".json").is_file():
+        lc.timed([*lc.JF, "eval", "compare", str(ROOT / a / "eval"), str(ROOT / b / "eval"), "--out",
+                  str(out.with_suffix(".md")), "--json", str(out.with_suffix(".json"))], ROOT / "cost.json",
+                 out.name)
+
+
+def run(args) -> None:
+    ROOT.mkdir(parents=True, exist_ok=True)
+    ensure_builds()
+    adapters = {arm: train_arm(arm, args.records, args.set) for arm in ARMS}  # the long part first
+    lc.eval_round("start", None, ROOT / "start" / "eval", ROOT / "start" / "cost.json", [], config=EVAL_CFG)
+    for arm, adapter in adapters.items():
+        lc.eval_round(arm, adapter, ROOT / arm / "eval", ROOT / arm / "cost.json", [], config=EVAL_CFG)
+    for a, b in (("start", "sft"), ("start", "distill"), ("sft", "distill")):
+        compare(a, b)
+    (ROOT / "summary.json").write_text(json.dumps(summary(), indent=1))
+
+
+def _headline(eval_dir: Path) -> dict:
+    """Per set: the score-only E[score] metric with its interval (Pearson, or pairwise agreement)."""
+    m = json.loads((eval_dir / "metrics.json").read_text())
+    res = m["results"][m["meta"]["judges"][0]]
+    out = {}
+    for s, r in res.items():
+        v = r.get("score_only") or r.get("absolute", {}).get("score_only")
+        out[s] = v.get("correlation", {}).get("pearson") if "correlation" in (v or {}) else v
+    return out
+
+
+def summary() -> dict:
+    arms = {}
+    for arm in ("start", *ARMS):
+        cost = json.loads((ROOT / arm / "cost.json").read_text())
+        data = ROOT / arm / "train" / "data.json"
+        distill = ROOT / arm / "train" / "distill.json"
+        arms[arm] = {"headline": _headline(ROOT / arm / "eval"),
+                     "train_cpu_min": round(cost["train"]["cpu_s"] / 60, 1) if "train" in cost else 0.0,
+                     "records": json.loads(data.read_text())["train"] if data.is_file() else 0,
+                     "distill": json.loads(distill.read_text()) if distill.is_file() else None}
+    comps = {p.stem: json.loads(p.read_text()) for p in sorted(ROOT.glob("compare-*.json"))}
+    return {"arms": arms, "compare": comps}
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--records", type=int, default=150, help="records of the round (both arms)")
+    r.add_argument("--set", action="append", default=[], help="distill arm override key=value")
+    sub.add_parser("table")
+    args = ap.parse_args(argv)
+    if args.cmd == "run":
+        run(args)
+    else:
+        print(json.dumps(summary(), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
