@@ -13,7 +13,8 @@ The start judge and both arms are evaluated with configs/eval/distill.yaml (GPT-
 held-out MT-Bench items, human agreement on HHH, GPT-4 agreement on the held-out AlpacaEval pairs), and
 compared pairwise on the same items (`judgeforge eval compare`: paired bootstrap intervals). Steps are
 judgeforge subprocesses, timed into cost.json and skipped when done (bench/learning_curve.py's runner);
-a killed training resumes from its checkpoint. Everything lands in runs/distill/.
+a killed training resumes from its checkpoint. Everything lands in runs/distill/; the summary and
+its table also in bench/results/distill_vs_sft/.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning_curve as lc  # noqa: E402  (the timed, resumable step runner)
 
 ROOT = lc.REPO / "runs" / "distill"
+RESULTS = lc.REPO / "bench" / "results" / "distill_vs_sft"
 EVAL_CFG = lc.REPO / "configs" / "eval" / "distill.yaml"
 START = "judgeforge/default_judge"
 OFFSET = 300
@@ -86,17 +88,31 @@ def run(args) -> None:
         lc.eval_round(arm, adapter, ROOT / arm / "eval", ROOT / arm / "cost.json", [], config=EVAL_CFG)
     for a, b in (("start", "sft"), ("start", "distill"), ("sft", "distill")):
         compare(a, b)
-    (ROOT / "summary.json").write_text(json.dumps(summary(), indent=1))
+    summ = summary()
+    RESULTS.mkdir(parents=True, exist_ok=True)  # committed: runs/ does not always survive
+    for d in (ROOT, RESULTS):
+        (d / "summary.json").write_text(json.dumps(summ, indent=1))
+        (d / "table.md").write_text(table(summ))
+
+
+VARIANT = "score_only"
+"""The score the served score-only judge gives: E[score] over the scale, read after `[RESULT] `."""
+SETS = (("heldout", "GPT-4 Pearson, 160 held-out MT-Bench items"), ("hhh", "HHH human agreement, 221 pairs"),
+        ("alpaca_heldout", "AlpacaEval held-out GPT-4 agreement, 49 pairs"))
 
 
 def _headline(eval_dir: Path) -> dict:
-    """Per set: the score-only E[score] metric with its interval (Pearson, or pairwise agreement)."""
+    """Per set: the score-only metric with its interval (Pearson, or pairwise agreement on decisive pairs)."""
     m = json.loads((eval_dir / "metrics.json").read_text())
-    res = m["results"][m["meta"]["judges"][0]]
     out = {}
-    for s, r in res.items():
-        v = r.get("score_only") or r.get("absolute", {}).get("score_only")
-        out[s] = v.get("correlation", {}).get("pearson") if "correlation" in (v or {}) else v
+    for s, r in m["results"][m["meta"]["judges"][0]].items():
+        if "absolute" in r and VARIANT in r["absolute"]:  # a pairwise set, both sides graded absolutely
+            a = r["absolute"][VARIANT]
+            out[s] = {"metric": "accuracy", "value": a["accuracy"], "lo": a["lo"], "hi": a["hi"],
+                      "n": a["n_decisive"], "judge_ties": a["judge_ties"]}
+        elif VARIANT in r:
+            c = r[VARIANT]["correlation"]
+            out[s] = {"metric": "pearson", **c["pearson"], "n": c["n"]}
     return out
 
 
@@ -108,10 +124,36 @@ def summary() -> dict:
         distill = ROOT / arm / "train" / "distill.json"
         arms[arm] = {"headline": _headline(ROOT / arm / "eval"),
                      "train_cpu_min": round(cost["train"]["cpu_s"] / 60, 1) if "train" in cost else 0.0,
+                     "train_wall_min": round(cost["train"]["wall_s"] / 60, 1) if "train" in cost else 0.0,
+                     "eval_cpu_min": round(cost["eval"]["cpu_s"] / 60, 1),
                      "records": json.loads(data.read_text())["train"] if data.is_file() else 0,
                      "distill": json.loads(distill.read_text()) if distill.is_file() else None}
-    comps = {p.stem: json.loads(p.read_text()) for p in sorted(ROOT.glob("compare-*.json"))}
-    return {"arms": arms, "compare": comps}
+    comps = {p.stem: [r for r in json.loads(p.read_text()) if r["variant"] == VARIANT]
+             for p in sorted(ROOT.glob("compare-*.json"))}
+    return {"variant": VARIANT, "arms": arms, "compare": comps}
+
+
+def _ci(d: dict | None) -> str:
+    return "n/a" if not d or d.get("value") is None else f"{d['value']:.3f} [{d['lo']:.3f}, {d['hi']:.3f}]"
+
+
+def _diff(rows: list[dict], name: str) -> str:
+    row = next((r for r in rows if r["set"] == name), None)
+    p = (row or {}).get("paired") or {}
+    return "-" if p.get("lo") is None else f"{row['diff']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]"
+
+
+def table(summ: dict) -> str:
+    """Markdown: a row per judge, then the paired differences on the same items."""
+    head = ["judge", "records", "train CPU min", *(label for _, label in SETS)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arm, a in summ["arms"].items():
+        lines.append("| " + " | ".join([arm, str(a["records"]), f"{a['train_cpu_min']:.1f}",
+                                        *(_ci(a["headline"].get(s)) for s, _ in SETS)]) + " |")
+    for name, rows in summ["compare"].items():
+        lines.append("| " + " | ".join([f"Δ {name.removeprefix('compare-').replace('-vs-', ' − ')} (paired)",
+                                        "", "", *(_diff(rows, s) for s, _ in SETS)]) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "run":
         run(args)
     else:
-        print(json.dumps(summary(), indent=1))
+        sys.stdout.write(table(summary()))
     return 0
 
 

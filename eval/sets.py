@@ -284,6 +284,16 @@ def load_heldout(build_dir: str, *, response_models: list[str] | None = None) ->
     return items, len(items)
 
 
+def labelled_pairs(path: str, layout: str, item) -> tuple[list[PairItem], int]:
+    """Every record of a labelled pair file, layout-checked, through `item(n, place, record)`."""
+    recs = read_numbered(path)
+    items = []
+    for n, (place, r) in enumerate(recs):
+        require(r, layout, path, place)
+        items.append(item(n, place, r))
+    return items, len(recs)
+
+
 def load_heldout_pairs(build_dir: str, *, seed: int = 0) -> tuple[list[PairItem], int]:
     """The relative (pairwise) records of a data build's held-out split as pairs, grouped as training
     groups them (data.pairwise.build_pairs): both orders of a swapped pair, a split tie's two halves and
@@ -314,20 +324,19 @@ def load_hhh(path: str, *, seed: int = 0) -> tuple[list[PairItem], int]:
     """HHH Alignment (Prometheus layout): chosen_instruction / rejected_instruction are full
     grading prompts without reference. The chosen side is put at A or B by a seeded coin so
     relative grading is not rewarded for a position bias."""
-    recs = read_numbered(path)
     rng = random.Random(seed)
-    items = []
-    for n, (place, r) in enumerate(recs):
-        require(r, "hhh", path, place)
+
+    def item(n: int, place: str, r: dict) -> PairItem:
         with reading(path, place, "hhh", r):
             ch, rj = parse_prometheus_prompt(r["chosen_instruction"]), parse_prometheus_prompt(
                 r["rejected_instruction"])
         chosen_first = rng.random() < 0.5
         a, b = (ch, rj) if chosen_first else (rj, ch)
-        items.append(PairItem(id=f"hhh:{n}", instruction=ch["instruction"], response_a=a["response"],
-                              response_b=b["response"], human="a" if chosen_first else "b",
-                              rubric=ch["rubric"], scale=ch["scale"], category=r.get("source")))
-    return items, len(recs)
+        return PairItem(id=f"hhh:{n}", instruction=ch["instruction"], response_a=a["response"],
+                        response_b=b["response"], human="a" if chosen_first else "b",
+                        rubric=ch["rubric"], scale=ch["scale"], category=r.get("source"))
+
+    return labelled_pairs(path, "hhh", item)
 
 
 _MTB_WINNER = {"model_a": "a", "model_b": "b", "tie": "tie", "tie (bothbad)": "tie"}
@@ -371,19 +380,18 @@ _AUTOJ_LABEL = {0: "a", 1: "b", 2: "tie"}
 def load_autoj(path: str, *, preset: str = "helpfulness") -> tuple[list[PairItem], int]:
     """Auto-J pairwise test set (JSONL): scenario, label (0: response 1 better, 1: response 2,
     2: tie), prompt, `response 1`, `response 2`."""
-    recs = read_numbered(path)
     rubric = rubric_preset(preset)
-    items = []
-    for n, (place, r) in enumerate(recs):
-        require(r, "autoj", path, place)
+
+    def item(n: int, place: str, r: dict) -> PairItem:
         with reading(path, place, "autoj", r):
             label = int(r["label"])
         if label not in _AUTOJ_LABEL:
             raise layout_error(path, place, "autoj", f"label must be 0, 1 or 2, got {label}", r)
-        items.append(PairItem(id=f"autoj:{n}", instruction=r["prompt"], response_a=r["response 1"],
-                              response_b=r["response 2"], human=_AUTOJ_LABEL[label], rubric=rubric,
-                              category=r.get("scenario")))
-    return items, len(recs)
+        return PairItem(id=f"autoj:{n}", instruction=r["prompt"], response_a=r["response 1"],
+                        response_b=r["response 2"], human=_AUTOJ_LABEL[label], rubric=rubric,
+                        category=r.get("scenario"))
+
+    return labelled_pairs(path, "autoj", item)
 
 
 _PANDALM_LABEL = {0: "tie", 1: "a", 2: "b"}
@@ -399,21 +407,19 @@ def load_pandalm(path: str, *, preset: str = "helpfulness") -> tuple[list[PairIt
     """PandaLM test set (`testset-v1.json` layout): instruction, input, response1, response2 and three
     human annotators (0: tie, 1: response1 better, 2: response2). Reference = the annotators' majority.
     A non-empty `input` is appended to the instruction, as PandaLM's own prompt does."""
-    recs = read_numbered(path)
     rubric = rubric_preset(preset)
-    items = []
-    for n, (place, r) in enumerate(recs):
-        require(r, "pandalm", path, place)
+
+    def item(n: int, place: str, r: dict) -> PairItem:
         with reading(path, place, "pandalm", r):
             labels = [int(r[f"annotator{k}"]) for k in (1, 2, 3)]
         if any(lab not in _PANDALM_LABEL for lab in labels):
             raise layout_error(path, place, "pandalm", f"annotator labels must be 0, 1 or 2, got {labels}", r)
         instruction = r["instruction"] + (f"\n\n{r['input']}" if (r.get("input") or "").strip() else "")
-        items.append(PairItem(id=f"pandalm:{r.get('idx', n)}", instruction=instruction,
-                              response_a=r["response1"], response_b=r["response2"],
-                              human=pandalm_majority(labels), rubric=rubric,
-                              category=r.get("motivation_app")))
-    return items, len(recs)
+        return PairItem(id=f"pandalm:{r.get('idx', n)}", instruction=instruction, response_a=r["response1"],
+                        response_b=r["response2"], human=pandalm_majority(labels), rubric=rubric,
+                        category=r.get("motivation_app"))
+
+    return labelled_pairs(path, "pandalm", item)
 
 
 # Reference figures from the papers, shown beside our accuracy as "published" (not recomputed here).
