@@ -2,8 +2,9 @@
 
 Judges are matched by name; when each report holds a single judge, those two are
 compared whatever their names (base report vs trained report). For absolute sets
-whose predictions cover the same items, the difference also gets a paired
-bootstrap interval (B minus A); otherwise only the two values and their difference.
+and pairwise sets graded absolutely whose predictions cover the same items, the
+difference also gets a paired bootstrap interval (B minus A: Pearson, or pairwise
+accuracy); otherwise only the two values and their difference.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ import json
 from pathlib import Path
 
 from judgeforge.data.templates import Scale
-from judgeforge.eval import metrics as M
-from judgeforge.eval.report import _aligned, _f, _label, _table, unit_score
+from judgeforge.eval.report import _aligned, _f, _label, _table, paired_on_set
 from judgeforge.io import atomic_write_json, atomic_write_text, read_jsonl
 
 
@@ -43,15 +43,13 @@ def _headline(s: dict, rep: dict, v: str) -> tuple[str, float | None, float | No
 
 
 def _paired(pa, pb, ja, jb, s, v, boot) -> dict | None:
-    if pa is None or pb is None or s["kind"] != "absolute":
+    if pa is None or pb is None:
         return None
     sel = lambda P, j: [r for r in P if r["judge"] == j and r["set"] == s["name"] and r["mode"] == "absolute"]
-    ra, rb = _aligned(sel(pa, ja), sel(pb, jb))
-    if len(ra) < 3:
+    ra, rb = sel(pa, ja), sel(pb, jb)
+    if len(_aligned(ra, rb)[0]) < 3:
         return None
-    scale = Scale.parse(s.get("scale") or [1, 5])
-    return M.paired_difference([unit_score(r, v, scale) for r in ra], [unit_score(r, v, scale) for r in rb],
-                               [r["ref"] for r in ra], **boot)
+    return paired_on_set(s["kind"], ra, rb, v, Scale.parse(s.get("scale") or [1, 5]), boot)
 
 
 def compare_rows(dir_a: str | Path, dir_b: str | Path, n_boot: int = 1000, seed: int = 42) -> list[dict]:
@@ -96,7 +94,8 @@ def format_rows(dir_a: str | Path, dir_b: str | Path, found: list[dict]) -> str:
     head = ["set", "judges (A → B)", "variant", "metric", "A", "B", "B − A", "paired 95% CI", "significant",
             "no-score rate A → B"]
     title = [f"# Comparison: `{dir_a}` (A) vs `{dir_b}` (B)", "",
-             "Paired CI: bootstrap over the items both reports graded (absolute sets with predictions).", ""]
+             "Paired CI: bootstrap over the items both reports graded (absolute sets and pairwise sets graded "
+             "absolutely, with predictions).", ""]
     if not rows:
         return "\n".join(title + ["No set and judge in common."]) + "\n"
     return "\n".join(title + _table(head, rows))

@@ -210,6 +210,18 @@ def _aligned(ra: list[dict], rb: list[dict]) -> tuple[list[dict], list[dict]]:
     return both, [kb[(r["item_id"], r["unit"])] for r in both]
 
 
+def paired_on_set(kind: str, ra: list[dict], rb: list[dict], variant: str, scale: Scale, boot: dict) -> dict:
+    """B minus A on the absolute-mode units both judges graded, paired bootstrap over items: the Pearson
+    difference (absolute sets) or the pairwise-accuracy difference (pairwise sets, both sides graded)."""
+    ra, rb = _aligned(ra, rb)
+    if kind == "absolute":
+        return M.paired_difference([unit_score(r, variant, scale) for r in ra],
+                                   [unit_score(r, variant, scale) for r in rb], [r["ref"] for r in ra], **boot)
+    ca, human, _ = absolute_choices(ra, variant, scale)
+    cb, _, _ = absolute_choices(rb, variant, scale)
+    return M.paired_accuracy_difference(ca, cb, human, **boot)
+
+
 def _comparisons(preds_by: dict, judges: list[str], baseline: str, sets: list[dict],
                  variants: list[str], scale_of: dict, boot: dict) -> dict:
     out: dict = {}
@@ -218,19 +230,9 @@ def _comparisons(preds_by: dict, judges: list[str], baseline: str, sets: list[di
         for s in sets:
             name = s["name"]
             a, b = preds_by.get((baseline, name), {}), preds_by.get((judge, name), {})
-            if s["kind"] == "absolute" and a.get("absolute") and b.get("absolute"):
-                ra, rb = _aligned(a["absolute"], b["absolute"])
-                ref = [r["ref"] for r in ra]
-                res[name] = {v: M.paired_difference([unit_score(r, v, scale_of[name]) for r in ra],
-                                                    [unit_score(r, v, scale_of[name]) for r in rb],
-                                                    ref, **boot) for v in variants}
-            elif s["kind"] == "pairwise" and a.get("absolute") and b.get("absolute"):
-                res[name] = {}
-                ra, rb = _aligned(a["absolute"], b["absolute"])
-                for v in variants:
-                    ca, human, _ = absolute_choices(ra, v, scale_of[name])
-                    cb, _, _ = absolute_choices(rb, v, scale_of[name])
-                    res[name][v] = M.paired_accuracy_difference(ca, cb, human, **boot)
+            if a.get("absolute") and b.get("absolute"):
+                res[name] = {v: paired_on_set(s["kind"], a["absolute"], b["absolute"], v, scale_of[name], boot)
+                             for v in variants}
         out[judge] = res
     return out
 

@@ -167,6 +167,11 @@ def test_compare_two_reports(tmp_path, vendor, fake_engine):
     R.run_eval(b)
     text = C.compare(tmp_path / "a" / "report", tmp_path / "b" / "report", n_boot=100)
     assert "base → good" in text and "| vicuna |" in text and "| hhh |" in text
+    rows = C.compare_rows(tmp_path / "a" / "report", tmp_path / "b" / "report", n_boot=100)
+    hhh = next(r for r in rows if r["set"] == "hhh" and r["variant"] == "n3")
+    # Pairwise sets graded absolutely get a paired interval on accuracy, as in the single-report comparison.
+    assert hhh["paired"]["method"] == "accuracy" and hhh["paired"]["lo"] <= hhh["diff"] <= hhh["paired"]["hi"]
+    assert hhh["paired"]["diff"] == pytest.approx(hhh["diff"])
     out = tmp_path / "cmp.md"
     assert C.main([str(tmp_path / "a" / "report"), str(tmp_path / "b" / "report"), "--out", str(out),
                    "--n-boot", "50"]) == 0
