@@ -213,7 +213,10 @@ def test_sigint_keeps_finished_results_and_rerun_grades_only_the_rest(server, tm
     out = tmp_path / "out.jsonl"
     cmd = cli_cmd("-i", str(inp), "-o", str(out), "--url", server.url, "-j", "1")
     env = cli_env(JUDGEFORGE_API_KEY=KEY)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C as in a terminal: a suite started in the background by a shell without job control (nohup
+    # cmd &) has SIGINT ignored, and a child inheriting that would rightly ignore the signal.
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while complete_lines(out) < 3:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
