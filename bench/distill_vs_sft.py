@@ -3,9 +3,9 @@
     python bench/distill_vs_sft.py run --records 150      # start eval, both arms' training and evals
     python bench/distill_vs_sft.py table                  # markdown, from runs/distill/summary.json
 
-Both arms continue the shipped default judge (judgeforge/default_judge, the learning curve's round 2)
-for one continual round on the same window of configs/data/embedded-judge.yaml's shuffled train split
-(the records after the curve's first two rounds), with the same recipe (configs/train/embedded-judge.yaml):
+Both arms continue the shipped default judge (judgeforge/default_judge; round 2 when the committed results
+were made, round 3 since) for one continual round on the same window of configs/data/embedded-judge.yaml's
+shuffled train split (the records after the shipped judge's last window), with the same recipe (configs/train/embedded-judge.yaml):
 - sft: the recipe as it is;
 - distill: the recipe plus the RankNet loss on the judge's expected scores of the AlpacaEval GPT-4
   preference pairs of configs/data/alpaca-eval.yaml's train split (`--set` adds overrides).
@@ -34,8 +34,15 @@ ROOT = lc.REPO / "runs" / "distill"
 RESULTS = lc.REPO / "bench" / "results" / "distill_vs_sft"
 EVAL_CFG = lc.REPO / "configs" / "eval" / "distill.yaml"
 START = "judgeforge/default_judge"
-OFFSET = 300
-"""Records of the build's shuffle the shipped judge was trained on (the curve's rounds 1 and 2)."""
+
+
+def next_offset() -> int:
+    """The first record of the build's shuffle after the shipped judge's last round (its saved train
+    config's window), so a rerun never trains on records the start already saw."""
+    src = yaml.safe_load((lc.REPO / START / "config.yaml").read_text())["data"]["sources"][0]
+    return int(src.get("offset", 0)) + int(src["limit"])
+
+
 DISTILL = {"enabled": True, "weight": 1.0, "sources": ["runs/data/alpaca-eval"], "scale": [1, 5],
            "sigma": 1.0, "ties": "skip", "batch_pairs": 1}
 BUILDS = {"runs/data/embedded-judge": "configs/data/embedded-judge.yaml",
@@ -55,7 +62,7 @@ def train_arm(arm: str, records: int, sets: list[str]) -> Path:
     adir = ROOT / arm
     cfg = yaml.safe_load(lc.TRAIN_CFG.read_text())
     cfg["out"] = str(adir / "train")
-    cfg["data"]["sources"][0].update(offset=OFFSET, limit=records)
+    cfg["data"]["sources"][0].update(offset=next_offset(), limit=records)
     cfg["model"]["adapter"] = START
     cfg["tracking"]["run_name"] = f"distill-vs-sft-{arm}-train"
     if arm == "distill":
@@ -63,11 +70,7 @@ def train_arm(arm: str, records: int, sets: list[str]) -> Path:
         for s in sets:
             key, value = s.split("=", 1)
             lc.set_dotted(cfg, key, yaml.safe_load(value))
-    adir.mkdir(parents=True, exist_ok=True)
-    path = adir / "train.yaml"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    if not (adir / "train" / "adapter" / "judgeforge.json").is_file():
-        lc.timed([*lc.JF, "train", "--config", str(path)], adir / "cost.json", "train")
+    lc.train_once(adir, cfg)
     return adir / "train"
 
 

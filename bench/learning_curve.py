@@ -95,12 +95,17 @@ def train_round(arm_dir: Path, k: int, offset: int, size: int, sets: list[str]) 
     src["offset"], src["limit"] = offset, size
     cfg["model"]["adapter"] = str(arm_dir / f"r{k - 1}" / "train") if k > 1 else None
     cfg["tracking"]["run_name"] = f"{arm_dir.name}-r{k}-train"
+    train_once(rdir, cfg)
+    return rdir
+
+
+def train_once(rdir: Path, cfg: dict) -> None:
+    """Write rdir/train.yaml and train it, unless its adapter is already there (a killed run resumes)."""
     rdir.mkdir(parents=True, exist_ok=True)
     path = rdir / "train.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     if not (rdir / "train" / "adapter" / "judgeforge.json").is_file():
         timed([*JF, "train", "--config", str(path)], rdir / "cost.json", "train")
-    return rdir
 
 
 def run(args) -> None:
