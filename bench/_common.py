@@ -123,9 +123,17 @@ def write_section(title: str, text: str, path: Path = RESULTS) -> None:
     atomic_write_text(path, new.rstrip("\n") + "\n")
 
 
+def cpu() -> str:
+    """The CPU every figure comes from: model, CPUs and the flags that decide its kernels
+    (judgeforge.hardware), e.g. 'AMD EPYC, 2 CPUs, x86_64: avx2, no avx512f, no avx512_bf16, ...'."""
+    from judgeforge.hardware import cpu_info
+
+    return cpu_info().describe()
+
+
 def command_footer(command: str, out: dict) -> str:
-    """The line under every table: the command, when, under what load, with which versions."""
-    return (f"Command: `{command}` ({out['date']}; 2 CPU cores shared with other engineers' test runs, "
+    """The line under every table: the command, when, on which CPU, under what load, which versions."""
+    return (f"Command: `{command}` ({out['date']}; CPU: {cpu()}; "
             f"load average (1/5/15 min) {out['load_start']} at the start, {out['load_end']} at the end; "
             f"{versions()}).")
 

@@ -128,7 +128,7 @@ def read_sources(cfg: BuildConfig, spool: Spool) -> tuple[list[Kept], list[dict]
 
 
 def _read_sources(cfg: BuildConfig, pool: Pool, spool: Spool):
-    from tqdm import tqdm
+    from judgeforge.progress import progress
 
     kept: list[Kept] = []
     rejects: list[dict] = []
@@ -154,8 +154,8 @@ def _read_sources(cfg: BuildConfig, pool: Pool, spool: Spool):
         else:
             writer = SpoolWriter(spool.new_file())
             stream = ((raw, spooled(process(raw, parse, ctx), writer)) for raw in records)
-        for raw, entries in tqdm(stream, desc=f"read {name}", unit=" rec", disable=not cfg.progress,
-                                 file=sys.stderr, mininterval=0.5, leave=False):
+        for raw, entries in progress(stream, desc=f"read {name}", unit=" rec", enabled=cfg.progress,
+                                     mininterval=0.5, leave=False):
             for sample_idx, res, chash, ref in entries:
                 c.read += 1
                 if chash is not None and cfg.dedup and chash in seen:

@@ -167,7 +167,7 @@ class BuildConfig(Config):
     dedup: bool = True
     """Reject exact duplicates (same content hash) after the first."""
     progress: bool = True
-    """Show a progress bar on stderr while reading."""
+    """Show progress while reading: a bar on a terminal, log lines otherwise (false: nothing)."""
     allow_empty: bool = False
     """Write a build that keeps no records (or writes none to train/test) instead of failing: an empty
     build is almost always the wrong reader or column mapping, so it is an error unless asked for."""

@@ -85,7 +85,12 @@ class SamplingConfig(Config):
     ("CPU Generator does not use offset") when a seeded request's prompt is prefilled in chunks."""
     score_only: bool = False
     """Also read every absolute unit score-only: E[score] straight after the prompt and `[RESULT] `,
-    no feedback written. The same engine, one prefill of an already cached prompt per unit."""
+    no feedback written. Read batch by batch right after the sampled pass, on the same prepared
+    requests, so the prompt's prefill is still cached: one prefill per unit."""
+    sampled: bool = True
+    """Run the sampled pass (feedback, then the completed score). False: score-only only, one
+    prefill per unit and nothing generated (needs `score_only: true` and `n_values: [1]`; the
+    score-only read is then also the unit's one sample, and relative pairs are read the same way)."""
 
 
 class BootstrapConfig(Config):
@@ -190,6 +195,10 @@ class EvalConfig(Config):
         for what, names in (("judge", [j.name for j in self.judges]), ("set", [s.name for s in self.sets])):
             if len(names) != len(set(names)):
                 raise ValueError(f"{what} names must be unique, got {names}")
+        if not self.sampling.sampled and (not self.sampling.score_only or self.n_values != [1]):
+            raise ValueError("sampling.sampled: false reads score-only only: it needs sampling.score_only: "
+                             f"true and n_values: [1] (got score_only={self.sampling.score_only}, "
+                             f"n_values={self.n_values})")
         if self.baseline is not None and self.baseline not in [j.name for j in self.judges]:
             raise ValueError(f"baseline {self.baseline!r} is not a judge name")
         unknown = sorted(set(self.probes.sets or []) - {s.name for s in self.sets})

@@ -146,24 +146,27 @@ def _prepare(judge, units: list[Unit], sampling) -> tuple[list[int], list, dict[
 
 
 def grade_units(engine, units: list[Unit], *, n: int, sampling) -> tuple[list[dict], dict]:
-    """Sample n judge outputs for every unit, read them; return (records, timing)."""
-    from judgeforge.judge.judge import Judge
+    """Sample n judge outputs for every unit, read them; return (records, timing).
 
-    judge = Judge(engine, judge_sampling(sampling, n))
+    Batch by batch (batches that fit the engine's KV cache, `Judge.batches`): the sampled pass,
+    then, with `score_only`, the score-only read of the same batch's absolute units on their
+    prepared requests, while their prompts are still in the prefix cache, so each prompt is
+    prefilled once whatever the set's size. With `sampled: false` the score-only read is the only
+    pass (one prefill per unit) and stands for the unit's sample."""
+    from judgeforge.judge.judge import Judge
+    from judgeforge.progress import progress
+
+    judge = Judge(engine, judge_sampling(sampling, n, feedback=sampling.sampled))
     ok, reqs, failed = _prepare(judge, units, sampling)
     records: list[dict] = [{"samples": _failed(failed[i], n)} if i in failed else {} for i in range(len(units))]
     t0 = time.perf_counter()
-    for absolute in (True, False):  # probe units go with the main units they are graded like
-        idx = [k for k, i in enumerate(ok) if isinstance(units[i].item, GradeItem) == absolute]
-        if not idx:
-            continue
-        items, rq = [units[ok[k]].item for k in idx], [reqs[k] for k in idx]
-        done = (judge.grade(items, [r[0] for r in rq], progress=True) if absolute
-                else judge.compare(items, rq, progress=True))
-        for k, res in zip(idx, done):
-            records[ok[k]] = {"samples": [j.to_record() for j in res.judged]}
-    if sampling.score_only:
-        _score_only(engine, units, ok, sampling, records)
+    with progress(total=len(ok), desc="grading", unit="prompt") as bar:
+        for absolute in (True, False):  # probe units go with the main units they are graded like
+            idx = [k for k, i in enumerate(ok) if isinstance(units[i].item, GradeItem) == absolute]
+            for b in judge.batches([reqs[k] for k in idx]):  # a comparison: one request per order
+                batch = [idx[j] for j in b]
+                _grade_batch(judge, units, ok, reqs, batch, absolute, sampling, records)
+                bar.update(len(batch))
     secs = time.perf_counter() - t0
     out = [{"set": u.set, "mode": u.mode, "unit": u.unit, "item_id": u.item_id,
             **({"probe": u.probe} if u.probe else {}),
@@ -174,12 +177,18 @@ def grade_units(engine, units: list[Unit], *, n: int, sampling) -> tuple[list[di
                  "samples_per_s": n_samples / secs if secs > 0 else None}
 
 
-def _score_only(engine, units: list[Unit], ok: list[int], sampling, records: list[dict]) -> None:
-    """The distribution straight after the prompt and `[RESULT] ` for every absolute unit (probes too)."""
-    from judgeforge.judge.judge import Judge
+def _grade_batch(judge, units, ok, reqs, batch: list[int], absolute: bool, sampling, records) -> None:
+    items, rq = [units[ok[k]].item for k in batch], [reqs[k] for k in batch]
+    done = judge.grade(items, [r[0] for r in rq]) if absolute else judge.compare(items, rq)
+    for k, res in zip(batch, done):
+        records[ok[k]] = {"samples": [j.to_record() for j in res.judged]}
+    if not (absolute and sampling.score_only):
+        return
+    grades = done if not sampling.sampled else judge.grade(items, [_score_only_request(r[0]) for r in rq])
+    for k, g in zip(batch, grades):
+        records[ok[k]]["score_only_probs"] = {str(s): p for s, p in g.score_probs.items()} if g.score_probs else None
 
-    judge = Judge(engine, judge_sampling(sampling, 1, feedback=False))
-    idx = [i for i in ok if isinstance(units[i].item, GradeItem)]
-    grades = judge.grade([units[i].item for i in idx], progress=True)
-    for i, g in zip(idx, grades):
-        records[i]["score_only_probs"] = {str(k): p for k, p in g.score_probs.items()} if g.score_probs else None
+
+def _score_only_request(req):
+    """The prepared request read straight after the prompt and `[RESULT] ` (same prompt ids)."""
+    return replace(req, n=1, feedback=False)

@@ -61,6 +61,10 @@ class EngineConfig(Config):
     """vLLM on GPU: tensor parallelism (replicas are separate servers behind `openai`)."""
     enforce_eager: bool = False
     """vLLM: skip graph compilation (faster start, slower decode)."""
+    stats: bool = False
+    """vLLM: count the engine's own work (`engine.stats()`: tokens prefilled after prefix-cache hits,
+    tokens generated, preemptions) through vLLM's stat loggers, which also log throughput every few
+    seconds. For benchmarks and tuning; off costs nothing."""
     # transformers
     batch_size: int = 8
     """transformers: prompts per `generate` call (each with n samples)."""

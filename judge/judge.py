@@ -20,14 +20,15 @@ import asyncio
 from dataclasses import replace
 from typing import Sequence
 
-from judgeforge.judge.engines import JudgeEngine, Sample, SampleRequest
+from judgeforge.judge.engines import COMPLETION_TOKENS, JudgeEngine, Sample, SampleRequest
 from judgeforge.judge.items import CompareItem, GradeItem, Options
 from judgeforge.judge.parsing import ParseResult, parse_score, parse_verdict
 from judgeforge.judge.scores import Judged, distribution
 from judgeforge.judge.voting import Comparison, Grade, SampleSlots, vote_scores, vote_verdicts
 
 RESEED_STRIDE = 100_003  # seed offset per re-sample round (vLLM gives child i the seed + i)
-BATCH = 32  # requests per engine call in batch grading (progress granularity)
+BATCH = 32  # most requests per engine call in batch grading (progress granularity)
+KV_SHARE = 0.9  # of the engine's KV cache a batch may plan to fill (the rest absorbs rounding)
 SCORE_ONLY = "score-only: nothing written"
 
 
@@ -42,6 +43,32 @@ def read(sample: Sample, item: GradeItem | CompareItem) -> Judged:
     return Judged(written=written, probs=distribution(sample.choice_logprobs, item.choices),
                   text=sample.text, finish_reason=sample.finish_reason, n_tokens=sample.n_tokens,
                   completion=sample.completion)
+
+
+def request_cost(req: SampleRequest) -> int:
+    """KV-cache tokens a request holds at its peak: the prompt once (its n samples share it through
+    the prefix cache), each sample's feedback, and the few tokens of each score completion."""
+    prompt = len(req.prompt_ids or ())
+    return prompt + req.n * ((req.max_tokens if req.feedback else 0) + COMPLETION_TOKENS)
+
+
+def plan_batches(costs: Sequence[int], budget: int | None, max_size: int = BATCH) -> list[range]:
+    """Consecutive batches of at most `max_size` requests whose costs add up to at most `budget`
+    (None: no budget); a request over the budget on its own gets a batch of its own.
+
+    Why: vLLM admits a request when its prompt fits and preempts (recomputes) running ones when
+    decoding runs out of KV blocks, so a batch larger than the cache pays its prefills twice; and a
+    batch that fits leaves its prompts cached for the score-only read that follows it."""
+    out, start, used = [], 0, 0
+    for i, c in enumerate(costs):
+        full = i - start >= max_size or (budget is not None and i > start and used + c > budget)
+        if full:
+            out.append(range(start, i))
+            start, used = i, 0
+        used += c
+    if start < len(costs):
+        out.append(range(start, len(costs)))
+    return out
 
 
 class Judge:
@@ -83,13 +110,20 @@ class Judge:
             if not todo:
                 return slots
             first = all(slots[i].rounds == 0 for i, _ in todo)
-            for k in range(0, len(todo), BATCH):
-                chunk = todo[k:k + BATCH]
+            for batch in self.batches([r for _, r in todo]):
+                chunk = [todo[k] for k in batch]
                 outs = self.engine.generate([r for _, r in chunk])
                 for (i, _), samples in zip(chunk, outs):
                     slots[i].fill([read(s, items[i]) for s in samples])
                 if progress is not None and first:
                     progress.update(len(chunk))
+
+    def batches(self, reqs: Sequence[SampleRequest | Sequence[SampleRequest]]) -> list[range]:
+        """Batches of prepared requests (or of items' request lists, kept together) that fit the
+        engine's KV cache (see `plan_batches`)."""
+        cap = getattr(self.engine, "kv_capacity_tokens", None)
+        costs = [request_cost(r) if isinstance(r, SampleRequest) else sum(map(request_cost, r)) for r in reqs]
+        return plan_batches(costs, int(cap * KV_SHARE) if cap else None)
 
     async def _arun(self, req: SampleRequest, item) -> SampleSlots:
         slots = SampleSlots(req.n)
@@ -99,23 +133,18 @@ class Judge:
 
     @staticmethod
     def _progress(total: int, enabled: bool, desc: str):
-        if not enabled:
-            return None
-        from tqdm.auto import tqdm
+        # A bar on a terminal, log lines under nohup/CI/a scheduler (judgeforge.progress).
+        from judgeforge.progress import progress
 
-        return tqdm(total=total, desc=desc, unit="prompt", disable=None)
+        return progress(total=total, desc=desc, unit="prompt", enabled=enabled)
 
     # --- absolute grading ------------------------------------------------------------
     def grade(self, items: Sequence[GradeItem], reqs: Sequence[SampleRequest] | None = None,
               progress: bool = False) -> list[Grade]:
         """Batch grading; `reqs` are the items' prepared requests when the caller has them."""
         reqs = list(reqs) if reqs is not None else [self.requests(it)[0] for it in items]
-        bar = self._progress(len(reqs), progress, "grading")
-        try:
+        with self._progress(len(reqs), progress, "grading") as bar:
             slots = self._run(reqs, list(items), bar)
-        finally:
-            if bar is not None:
-                bar.close()
         return [vote_scores(s, it.scale) for s, it in zip(slots, items)]
 
     async def agrade(self, item: GradeItem, reqs: Sequence[SampleRequest] | None = None) -> Grade:
@@ -128,12 +157,8 @@ class Judge:
         """Batch comparison; `reqs` are the items' prepared requests (one list per item) when known."""
         per_item = list(reqs) if reqs is not None else [self.requests(it) for it in items]
         flat_items = [it for it, rs in zip(items, per_item) for _ in rs]
-        bar = self._progress(len(flat_items), progress, "comparing")
-        try:
+        with self._progress(len(flat_items), progress, "comparing") as bar:
             flat = self._run([r for rs in per_item for r in rs], flat_items, bar)
-        finally:
-            if bar is not None:
-                bar.close()
         out, k = [], 0
         for rs in per_item:
             out.append(self._vote_pair(flat[k:k + len(rs)]))

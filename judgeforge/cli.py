@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
+import signal
 import sys
+import threading
 
 # (words...) -> "module:function"; the longest matching prefix wins.
 COMMANDS: dict[tuple[str, ...], str] = {
@@ -30,6 +33,27 @@ USAGE = "usage: judgeforge <command> [--config FILE] [key=value ...]\n\ncommands
 
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+log = logging.getLogger(__name__)
+
+
+class Terminated(SystemExit):
+    """SIGTERM, raised in the main thread: `with build_engine(...)` blocks close their engine."""
+
+
+def _terminate(signum, frame):
+    signal.signal(signum, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated(128 + signum)
+
+
+def _die_of_sigterm() -> None:
+    """After the clean-up, end as SIGTERM's default would: callers and supervisors (systemd counts
+    it a clean stop; `serve`'s tests expect it after uvicorn's drain) see a process killed by it."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def configure_logging() -> None:
@@ -60,11 +84,24 @@ def main(argv: list[str] | None = None) -> int:
     module, func = target.split(":")
     from judgeforge.config import ConfigError
 
+    # Only over the default (an embedding program's own handler stays). uvicorn (serve) installs
+    # its own while serving, drains, and re-raises the signal here.
+    ours = (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    if ours:
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(getattr(importlib.import_module(module), func)(rest) or 0)
     except ConfigError as e:
         print(f"judgeforge: config error: {e}", file=sys.stderr)
         return 2
+    except Terminated as e:
+        log.warning("terminated by SIGTERM")
+        _die_of_sigterm()
+        return e.code
+    finally:
+        if ours:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ import hashlib
 import json
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -424,16 +423,16 @@ def grade_rows(args: argparse.Namespace, todo: list[Row], sink: Sink) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-    from tqdm.contrib.logging import logging_redirect_tqdm
+    from judgeforge.progress import keep_logs_above, progress
 
     inp, out = Path(args.input), Path(args.output)
     check_paths(inp, out)
     rows = read_requests(inp)
     todo, kept = prepare_output(rows, out)
-    with logging_redirect_tqdm(), tqdm(total=len(rows), initial=len(kept), desc="grading", unit="req",
-                                       file=sys.stderr, disable=None) as progress:  # off when not a TTY
-        sink = Sink(out, progress, skipped=len(kept))
+    # A bar on a terminal; log lines when stderr is a file (nohup, CI, a scheduler).
+    bar = progress(total=len(rows), initial=len(kept), desc="grading", unit="req")
+    with keep_logs_above(bar), bar:
+        sink = Sink(out, bar, skipped=len(kept))
         try:
             grade_rows(args, todo, sink)
         except KeyboardInterrupt:

@@ -194,8 +194,10 @@ class TrainConfig(Config):
     """Logging and wandb."""
     distill: DistillSection = DistillSection()
     """Pairwise-to-pointwise distillation loss (off by default)."""
-    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
-    """Mixed precision for training (fp32 on CPU)."""
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    """Mixed precision. `auto` (judgeforge.hardware): bf16 on GPUs; on a CPU bf16 autocast only
+    where the CPU has native bf16 (avx512_bf16/AMX, Arm bf16), else fp32 (emulated bf16 matmuls are
+    slower than fp32). The resolved value is what the saved config records."""
     seed: int = 42
     """Seed for model init of the adapter, data order and dropout."""
     num_gpus: int = 1

@@ -76,6 +76,7 @@ def launch_distributed(cfg: TrainConfig, argv: list[str]) -> int:
 
 def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
     """Train (or resume) the run `cfg.out`; returns the final adapter directory."""
+    cfg = resolve_precision(cfg)
     out = Path(cfg.out)
     adapter_dir = out / "adapter"
     if _check_run_dir(cfg, out) and meta_path(adapter_dir) is not None:
@@ -202,8 +203,8 @@ def sft_args(cfg: TrainConfig, ckpt_dir: Path, has_eval: bool):
     o, t = cfg.optim, cfg.tracking
     wandb = t.wandb and os.environ.get("WANDB_MODE") != "disabled"
     return SFTConfig(
-        # Without a GPU, bf16 means CPU autocast (avx512_bf16: ~1.5x fp32 LoRA throughput,
-        # bench/RESULTS.md), which transformers only enables when told it runs on the CPU.
+        # Without a GPU, bf16 means CPU autocast (chosen by `precision: auto` only on CPUs with native
+        # bf16, bench/RESULTS.md), which transformers only enables when told it runs on the CPU.
         use_cpu=cfg.precision == "bf16" and not _has_gpu(),
         output_dir=str(ckpt_dir), seed=cfg.seed, bf16=cfg.precision == "bf16", fp16=cfg.precision == "fp16",
         learning_rate=o.lr, lr_scheduler_type=o.scheduler, warmup_steps=o.warmup_ratio,
@@ -219,6 +220,16 @@ def sft_args(cfg: TrainConfig, ckpt_dir: Path, has_eval: bool):
         completion_only_loss=True, max_length=None, remove_unused_columns=False,
         dataloader_num_workers=0,
     )
+
+
+def resolve_precision(cfg: TrainConfig) -> TrainConfig:
+    """`precision: auto` decided for this machine (judgeforge.hardware), logged once."""
+    if cfg.precision != "auto":
+        return cfg
+    from judgeforge import hardware as hw
+
+    choice = hw.train_precision("auto", hw.cpu_info(), gpu=_has_gpu())
+    return cfg.model_copy(update={"precision": hw.log_choice("training precision", choice)})
 
 
 def _has_gpu() -> bool:

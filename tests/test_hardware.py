@@ -1,0 +1,129 @@
+"""judgeforge.hardware: the machine-dependent defaults, decided from recorded CPU flag sets."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from judgeforge import hardware as hw
+
+FIXTURES = Path(__file__).parent / "fixtures" / "cpuinfo"
+# file -> (arch, native bf16)
+RECORDED = {
+    "amd-epyc-avx2.txt": ("x86_64", False),       # this project's 2-core EPYC: avx2, no AVX-512
+    "intel-ice-lake.txt": ("x86_64", False),      # avx512f, avx512_vnni, no avx512_bf16
+    "intel-sapphire-rapids.txt": ("x86_64", True),  # avx512_bf16 and AMX
+    "aws-graviton3.txt": ("aarch64", True),       # Armv8.6 bf16
+    "aws-graviton2.txt": ("aarch64", False),
+}
+
+
+def recorded(name: str) -> hw.CPUInfo:
+    arch, _ = RECORDED[name]
+    return hw.parse_cpuinfo((FIXTURES / name).read_text(), arch, cpus=range(2))
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_native_bf16_from_recorded_flags(name):
+    assert recorded(name).native_bf16 is RECORDED[name][1]
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_auto_dtype_and_precision_follow_native_bf16(name):
+    cpu, native = recorded(name), RECORDED[name][1]
+    dtype, prec = hw.engine_dtype("auto", cpu), hw.train_precision("auto", cpu)
+    assert (dtype.value, prec.value) == (("bfloat16", "bf16") if native else ("float32", "fp32"))
+    if not native:
+        assert "without" in dtype.reason and "float32" in dtype.reason
+
+
+def test_avx2_only_cpu_resolves_to_float32_and_says_why():
+    cpu = recorded("amd-epyc-avx2.txt")
+    assert cpu.model == "AMD EPYC" and "avx2" in cpu.flags and "avx512f" not in cpu.flags
+    assert hw.engine_dtype("auto", cpu) == hw.Choice("float32", "CPU without avx512_bf16 or AMX: float32")
+    assert hw.train_precision("auto", cpu).value == "fp32"
+    assert cpu.describe() == "AMD EPYC, 2 CPUs, x86_64: avx2, no avx512f, no avx512_bf16, no amx_bf16"
+
+
+def test_explicit_settings_win_and_gpu_defers_to_the_framework():
+    cpu = recorded("amd-epyc-avx2.txt")
+    assert hw.engine_dtype("bfloat16", cpu).value == "bfloat16"
+    assert hw.train_precision("bf16", cpu).value == "bf16"
+    assert hw.engine_dtype("auto", cpu, gpu=True).value == "auto"
+    assert hw.train_precision("auto", cpu, gpu=True).value == "bf16"
+
+
+def test_choice_is_logged_once(caplog):
+    hw._logged.clear()
+    choice = hw.engine_dtype("auto", recorded("amd-epyc-avx2.txt"))
+    with caplog.at_level(logging.INFO, logger="judgeforge.hardware"):
+        for _ in range(3):
+            assert hw.log_choice("vLLM engine dtype", choice) == "float32"
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "CPU without avx512_bf16 or AMX: float32" in lines[0]
+
+
+def test_this_machine_is_described():
+    cpu = hw.cpu_info()
+    assert cpu.cpus and cpu.model and cpu.arch in cpu.describe()
+    assert cpu.native_bf16 == hw.parse_cpuinfo(Path("/proc/cpuinfo").read_text(), cpu.arch).native_bf16
+
+
+def test_reserved_cores():
+    small, big = recorded("amd-epyc-avx2.txt"), hw.CPUInfo("x86_64", "big", cpus=tuple(range(16)))
+    assert (hw.reserved_cores(None, small), hw.reserved_cores(None, big), hw.reserved_cores(3, small)) == (0, 1, 3)
+
+
+@pytest.mark.parametrize("allowed,taken,reserved,want", [
+    ([0, 1], [], 0, (0, 1)),            # alone: every core
+    ([0, 1], [[0, 1]], 0, ()),          # all held: not bound (never pinned onto another engine's core)
+    (range(8), [[0, 1, 2, 3]], 0, (4, 5, 6, 7)),
+    (range(8), [], 1, tuple(range(7))),
+    ([0], [], 1, (0,)),                 # never reserve the last core away
+])
+def test_plan_binding(allowed, taken, reserved, want):
+    assert hw.plan_binding(allowed, taken, reserved) == want
+
+
+@given(st.sets(st.integers(0, 63), min_size=1), st.lists(st.sets(st.integers(0, 63)), max_size=4),
+       st.integers(0, 3))
+def test_plan_binding_never_shares_a_held_core(allowed, taken, reserved):
+    got = hw.plan_binding(allowed, taken, reserved)
+    held = set().union(*taken) if taken else set()
+    assert set(got) <= set(allowed) and not set(got) & held
+    assert got or held  # alone, an engine always gets cores
+
+
+def test_format_cores():
+    assert hw.format_cores([5, 0, 1, 2]) == "0-2,5" and hw.format_cores([3]) == "3" and hw.format_cores([]) == ""
+
+
+LEASE = ("import json, sys; from judgeforge import hardware as hw; "
+         "p, c = hw.CoreLeases(sys.argv[1]).acquire(range(8)); print(json.dumps(list(c)), flush=True); "
+         "sys.stdin.read()")
+
+
+def test_leases_of_concurrent_processes_are_disjoint(tmp_path):
+    """Four processes asking at once for cores of an 8-CPU machine: no core is given twice, and a
+    lease whose process is gone is dropped."""
+    import json
+    import subprocess
+    import sys
+
+    procs = [subprocess.Popen([sys.executable, "-c", LEASE, str(tmp_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    try:
+        got = [json.loads(p.stdout.readline()) for p in procs]
+    finally:
+        for p in procs:
+            p.communicate(timeout=60)  # closes stdin: each holder exits without releasing
+    flat = [c for cores in got for c in cores]
+    assert len(flat) == len(set(flat)) and sorted(map(len, got)) == [0, 0, 0, 8]  # first takes all
+    path, cores = hw.CoreLeases(tmp_path).acquire(range(8))  # the dead holders' leases are gone
+    assert cores == tuple(range(8)) and path.is_file()
+    hw.CoreLeases.release(path)
+    assert not path.exists()
