@@ -9,7 +9,8 @@ Every arm runs in a fresh child process with its own engine (vLLM reads dtype, c
 placement when it starts), arms alternating A, B, A, B; each figure is the median of its runs.
 A child: engine start (from its process's creation to a ready engine: imports, three vLLM
 processes, weights, KV cache, compile warm-up), then, each phase from a cold prefix cache, on the
-same `--prompts` real MT-Bench gradings of the shipped default-judge:
+same `--prompts` real MT-Bench gradings (`--model`: the untrained base by default, which writes its
+feedback to `--max-tokens`):
 - score-only: one prefill per prompt, nothing generated: prompt tokens/s (prefill-bound);
 - n=1 and n=5 feedback of `--max-tokens` tokens with every sample's score completed: gradings/s and
   generated tokens/s (decode-bound). The engine's own counters (EngineConfig.stats) give the tokens
@@ -57,7 +58,7 @@ def child(a) -> None:
 
     arm = json.loads(a.arm)
     born = psutil.Process().create_time()
-    cfg = EngineConfig(kind="vllm", model="default-judge", max_model_len=4096, kv_cache_gb=2, stats=True,
+    cfg = EngineConfig(kind="vllm", model=a.model, max_model_len=4096, kv_cache_gb=2, stats=True,
                        **{k: v for k, v in arm.items() if k in ("dtype", "enforce_eager")})
     items, warm = C.mt_bench_items(a.prompts), C.mt_bench_items(2, skip=a.prompts)
     with build_engine(cfg) as eng:
@@ -90,7 +91,7 @@ def run_arm(a, name: str, arm: dict, logdir: Path) -> dict:
     if arm.get("cold"):
         env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-cold-")
     log = logdir / f"{name.replace(' ', '_').replace('(', '').replace(')', '')}-{time.time():.0f}.log"
-    r = C.run_child(HERE, ["--child", "--arm", json.dumps(arm), "--prompts", str(a.prompts),
+    r = C.run_child(HERE, ["--child", "--arm", json.dumps(arm), "--prompts", str(a.prompts), "--model", a.model,
                            "--max-tokens", str(a.max_tokens)], env, timeout=1800, log=log)
     print(name, json.dumps(r), flush=True)
     return r
@@ -117,7 +118,7 @@ def flops_per_token(context: int) -> dict:
     attention over `context` tokens (QK^T and AV: 4 x layers x heads x head_dim x context)."""
     from judgeforge.models import resolve_model
 
-    c = json.loads((Path(resolve_model("default-judge")) / "config.json").read_text())
+    c = json.loads((Path(resolve_model("default")) / "config.json").read_text())
     d, layers, ffn, vocab = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], c["vocab_size"]
     hd = d // c["num_attention_heads"]
     kv = c.get("num_key_value_heads", c["num_attention_heads"]) * hd
@@ -131,6 +132,9 @@ def main(argv=None) -> int:
     ap.add_argument("--part", choices=sorted(ARMS), default="dtype")
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--model", default="default",
+                    help="the untrained base writes its feedback to max_tokens (decode measured); "
+                         "default-judge writes `[RESULT] n` at once")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--write-results", action="store_true")
     ap.add_argument("--child", action="store_true")
@@ -180,7 +184,7 @@ def render(a, out: dict, command: str) -> str:
     runs = out["runs"]
     names = list(runs)
     base = _rates(runs[names[0]], a.prompts)
-    head = (f"## {TITLES[a.part]}\n\nCPU: **{C.cpu()}**. Embedded `default-judge` (SmolLM2-135M) on vLLM-cpu, "
+    head = (f"## {TITLES[a.part]}\n\nCPU: **{C.cpu()}**. Embedded `{a.model}` (SmolLM2-135M) on vLLM-cpu, "
             f"{a.prompts} real MT-Bench gradings (~{runs[names[0]][0]['prompt_tokens'] // a.prompts} prompt tokens "
             f"each), feedback of {a.max_tokens} tokens, temperature 1.0, each phase from a cold prefix cache; "
             f"every arm a fresh process, arms alternating, medians of {len(runs[names[0]])} run(s). *start*: "

@@ -39,20 +39,32 @@ def shim(previous: str, root: Path) -> tuple[Path, Path]:
     return tree, tree
 
 
-def run(cwd: Path, pythonpath: str | None, out: str) -> dict:
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+def run(cwd: Path, pythonpath: str | None, out: str, timeout: float | None = None) -> dict:
+    """One eval in its own session; past `timeout` the whole session is killed (the previous commit
+    has no engine watchdog) and the run counts as at least `timeout` seconds."""
+    import signal
+
+    env = {**os.environ}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "judgeforge.cli", "eval", "--config", "configs/eval/default.yaml",
-                        f"out={out}"], cwd=cwd, env=env, capture_output=True, text=True)
+    p = subprocess.Popen([sys.executable, "-m", "judgeforge.cli", "eval", "--config", "configs/eval/default.yaml",
+                          f"out={out}"], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        _, err = p.communicate(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        _, err = p.communicate()
+        timed_out = True
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode != 0:
-        raise SystemExit(f"eval failed in {cwd}:\n{p.stderr[-3000:]}")
+    if p.returncode != 0 and not timed_out:
+        raise SystemExit(f"eval failed in {cwd}:\n{err[-3000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu, "load": os.getloadavg()[0]}
+    return {"wall_s": wall, "cpu_s": cpu, "load": os.getloadavg()[0], "timed_out": timed_out}
 
 
 def prebuild(cwd: Path, pythonpath: str | None) -> None:
@@ -67,6 +79,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--work", default="/tmp/judgeforge-eval-vs-previous")
     ap.add_argument("--write-results", action="store_true")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds per run (a run cut there counts as that)")
     args = ap.parse_args()
     tree, pkg = shim(args.previous, Path(args.work))
     sides = {"previous": (tree, str(pkg)), "current": (REPO, None)}
@@ -75,7 +88,7 @@ def main() -> int:
     res: dict[str, list] = {k: [] for k in sides}
     for i in range(args.repeats):
         for name, (cwd, pp) in sides.items():
-            r = run(cwd, pp, f"runs/bench/eval-vs-previous-{name}-{i}")
+            r = run(cwd, pp, f"runs/bench/eval-vs-previous-{name}-{i}", args.timeout)
             res[name].append(r)
             print(name, json.dumps(r), flush=True)
     summary = {k: {m: sorted(r[m] for r in v)[len(v) // 2] for m in ("wall_s", "cpu_s", "load")}
@@ -86,8 +99,12 @@ def main() -> int:
     if args.write_results:
         out = REPO / "bench" / "results" / "eval_vs_previous.json"
         out.parent.mkdir(exist_ok=True)
+        sys.path.insert(0, str(REPO / "bench"))
+        import _common as C
+
         out.write_text(json.dumps({"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="minutes"),
-                                   "previous": args.previous, "runs": res, "summary": summary}, indent=1))
+                                   "cpu": C.cpu(), "previous": args.previous, "runs": res, "summary": summary},
+                                  indent=1))
     return 0
 
 

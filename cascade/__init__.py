@@ -6,6 +6,7 @@ own confidence clears a calibrated threshold and escalates the rest to the teach
     whatif.py       pure logic: offline simulation of a cascade from recorded predictions (eval report)
     config.py       CalibrateConfig
     calibrate.py    `judgeforge cascade calibrate`: calibration.json + risk-coverage plot
-    store.py        the judgment store: every graded item, local and teacher results, kept (SQLite) for
+    store.py        the judgment store: every grading, local and teacher results, kept (SQLite) for
                     the cache and for the next round's `judgeforge data build --input store:PATH`
+    backup.py       `judgeforge cascade store backup SRC DST`: a safe copy of a store in use
 """

@@ -1,4 +1,5 @@
-"""Synthetic prediction records (eval's predictions.jsonl layout) for tests, docs and demos.
+"""Synthetic prediction records (eval's predictions.jsonl layout) for tests, docs and demos, and judgment
+stores for the store's fault tests (`fill_store`, `corrupt_pages`).
 
 `synthetic_predictions` draws items whose local judge is right more often when it is confident:
 item i gets a confidence c_i ~ U(lo, 1); the judge's vote equals GPT-4's first judgment with
@@ -7,6 +8,9 @@ carries a completed distribution with mass c_i on it, so Grade.confidence == c_i
 """
 
 from __future__ import annotations
+
+import random
+from pathlib import Path
 
 import numpy as np
 
@@ -37,3 +41,40 @@ def synthetic_predictions(n: int, *, judge: str = "local", set_name: str = "held
                     "ref_samples": gpt4, "length": None,
                     "samples": [_sample(vote, conf, values) for _ in range(n_samples)]})
     return out
+
+
+def store_record(i: int, *, teacher: bool = True, tag: str = "item", text_words: int = 60):
+    """Item i's grading as a store record: about 1 KB of request text (so 400 rows span ~200 pages),
+    escalated with the teacher's judgment when `teacher`."""
+    from judgeforge.cascade.store import LocalResult, Record, Request, TeacherResult
+
+    req = Request("absolute", f"[{tag} {i}] Explain step {i}. " + "explain " * 20, (f"answer {i} " * text_words,),
+                  {"criteria": "Is it helpful?"}, None, (1, 5))
+    local = LocalResult("fake-judge", 4, 0.69, {"3": 0.31, "4": 0.69}, {"4": 1}, "Good.")
+    judgment = TeacherResult("gpt-4", f"Feedback on answer {i}: clear and right.", i % 5 + 1, 1.0) if teacher else None
+    return Record(req, local, escalated=teacher, teacher=judgment, meta={"response_model": "model-x"})
+
+
+def fill_store(path, n: int, **kw) -> None:
+    """A judgment store of n gradings (`store_record`), closed cleanly."""
+    from judgeforge.cascade.store import JudgmentStore
+
+    with JudgmentStore(path) as store:
+        for i in range(n):
+            store.put(store_record(i, **kw))
+
+
+PAGE = 4096  # SQLite's default page size, the stores' page size
+
+
+def corrupt_pages(path, n_pages: int, seed: int = 18) -> list[int]:
+    """Overwrite n_pages random pages from the middle half of the file with random bytes (seeded), as
+    a failing disk or a stray writer would: the pages' numbers (0-based)."""
+    rng, path = random.Random(seed), Path(path)
+    total = path.stat().st_size // PAGE
+    pages = sorted(rng.sample(range(total // 4, 3 * total // 4), min(n_pages, total // 2)))
+    with open(path, "r+b") as f:
+        for page in pages:
+            f.seek(page * PAGE)
+            f.write(rng.randbytes(PAGE))
+    return pages

@@ -28,6 +28,7 @@ from judgeforge.config import ConfigError, command_parser, load_config, save_res
 from judgeforge.data.config import BuildConfig, EvalSetConfig, SourceConfig
 from judgeforge.data.decontam import NgramIndex
 from judgeforge.data.ingest import Pool, default_workers, gc_paused, process, read_span, spooled
+from judgeforge.data.length import length_guard
 from judgeforge.data.parsers import PARSERS, make_context, prometheus_texts
 from judgeforge.data.readers import Raw, open_source, open_store, resolve_path
 from judgeforge.data.records import Ref, Spool, SpoolWriter, compact
@@ -119,6 +120,9 @@ def open_input(src: SourceConfig, marks: dict[str, int]) -> tuple[Iterator[Raw],
 def read_sources(cfg: BuildConfig, spool: Spool) -> tuple[list[Kept], list[dict], dict[str, SourceCounts], list[dict]]:
     """Parse and validate every source, encoding kept lines into `spool`: (kept, rejects, counts per
     source, input descriptions)."""
+    # Here, once, before any reading: an unloadable tokenizer fails the build at once, and the forked
+    # workers of a parallel build inherit the loaded one.
+    length_guard(cfg.max_tokens, cfg.tokenizer)
     pool = Pool(cfg.workers or default_workers())
     try:
         with gc_paused():
@@ -143,7 +147,7 @@ def _read_sources(cfg: BuildConfig, pool: Pool, spool: Spool):
         c = counts[name] = SourceCounts()
         ctx = make_context(src.format, name, src.scale, src.judge_model, cfg.check_feedback_score, src.columns,
                            src.rubric_preset, src.prompt_name, src.swap, src.pair_inconsistent,
-                           src.ties)
+                           src.ties, cfg.max_tokens, cfg.tokenizer)
         parse = PARSERS[src.format]
         records, local, described = open_input(src, marks)
         inputs.append({"name": name, "format": src.format, "path": src.path, **described,

@@ -175,6 +175,16 @@ class BuildConfig(Config):
     """A previous build's manifest.json (or its directory): judgment-store inputs read only the rows
     stored after what that build read from the same store (matched by the store's id), so a continual
     round trains on the new teacher judgments only. Other inputs are read in full."""
+    max_tokens: int | None = Field(32768, ge=1)
+    """Reject (reason `too_long`) a record whose messages (the judge's system prompt, the user prompt and
+    the target) are longer than this many tokens: training would truncate it (a judgment that loses its
+    score) or drop it. Set it to the training `max_length` (e.g. 2048); null: no limit. Counted with
+    `tokenizer`, or without one as characters / 4 (an estimate: ~4.5 characters a token on English
+    prose, far fewer on code, maths and non-Latin scripts; data/length.py)."""
+    tokenizer: str | None = None
+    """The tokenizer that counts `max_tokens` (a model as named elsewhere: `default`, `default-judge`, a hub
+    id or a local path): the chat-templated messages, counted as training counts them. Only records near
+    the limit are tokenized. null: characters / 4."""
     workers: int = 0
     """Processes that parse large JSONL inputs (>= 8 MiB) in parallel; 0: one per available core,
     1: in this process. Outputs are byte-identical whatever the number."""

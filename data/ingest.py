@@ -21,6 +21,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
+from judgeforge.data.jsontext import BOM
+from judgeforge.data.length import length_guard
 from judgeforge.data.pairwise import PairJudgment
 from judgeforge.data.parsers import PARSERS, Context
 from judgeforge.data.readers import Raw, line_raw, sniff_format
@@ -40,10 +42,13 @@ def process(raw: Raw, parse, ctx: Context) -> list[Entry]:
     """One raw record -> one entry per judgment it holds (rejects included), kept ones already encoded:
     in a parallel build the workers, not the parent, pay for the output encoding."""
     if raw.obj is None:
-        return [(0, Reject(UNREADABLE_LINE, raw.error or ""), None, None)]
+        return [(0, Reject(raw.reason or UNREADABLE_LINE, raw.error or ""), None, None)]
     out: list[Entry] = []
     cache = None
+    guard = length_guard(ctx.max_tokens, ctx.tokenizer)
     for sample_idx, res in parse(raw.obj, ctx):
+        if not isinstance(res, Reject) and guard is not None:
+            res = guard.check(res) or res  # before encoding: a 10M-character record is never encoded
         if isinstance(res, Reject):
             res.__traceback__ = None  # no frame cycles to keep alive while the GC is paused
             out.append((sample_idx, res, None, None))
@@ -95,7 +100,8 @@ def _chunk_job(job: tuple[str, int, int, str, Context, str]) -> tuple[int, list]
 def read_span(path: Path, span: tuple[int, int]) -> str:
     with open(path, "rb") as f:
         f.seek(span[0])
-        return f.read(span[1] - span[0]).decode("utf-8", errors="replace").rstrip("\r\n")
+        text = f.read(span[1] - span[0]).decode("utf-8", errors="replace").rstrip("\r\n")
+    return text.removeprefix(BOM)  # as line_raw read it
 
 
 def plan_chunks(path: Path, chunk_bytes: int | None = None) -> list[tuple[int, int]]:

@@ -41,6 +41,10 @@ class Context:
     """FastChat pair logs whose two game orders disagree: reject | keep_first | keep."""
     ties: str = "reject"
     """Pairwise ties: reject (reason tie) | split (two records, verdict A and B; data.pairwise.split_ties)."""
+    max_tokens: int | None = None
+    """The build's length limit (data.length; None: none)."""
+    tokenizer: str | None = None
+    """What counts `max_tokens` (None: characters / 4)."""
 
 
 def make_judgment(ctx: Context, *, instruction: str, response: str, rubric: Rubric, feedback,
@@ -375,8 +379,10 @@ DEFAULT_JUDGES = {"prometheus": "gpt-4"}
 
 def make_context(fmt: str, source: str, scale=None, judge_model=None, check_feedback=True, columns=None,
                  preset: str | None = None, prompt_name: str | None = None, swap: bool = False,
-                 pair_inconsistent: str = "reject", ties: str = "reject") -> Context:
+                 pair_inconsistent: str = "reject", ties: str = "reject", max_tokens: int | None = None,
+                 tokenizer: str | None = None) -> Context:
     return Context(source=source, scale=Scale(*scale) if scale else DEFAULT_SCALES.get(fmt, Scale()),
                    judge_model=judge_model or DEFAULT_JUDGES.get(fmt, "unknown"), check_feedback=check_feedback,
                    columns=dict(columns or {}), rubric=rubric_preset(preset) if preset else None,
-                   prompt_name=prompt_name, swap=swap, pair_inconsistent=pair_inconsistent, ties=ties)
+                   prompt_name=prompt_name, swap=swap, pair_inconsistent=pair_inconsistent, ties=ties,
+                   max_tokens=max_tokens, tokenizer=tokenizer)

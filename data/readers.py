@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from judgeforge.config import ConfigError
+from judgeforge.data.jsontext import (BOM, BOM_BYTES, DuplicateKey, Repeated, as_written, decode_document,
+                                      decode_line, repeated_key)
+from judgeforge.data.validate import DUPLICATE_KEY
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
@@ -36,6 +39,8 @@ class Raw:
     error: str | None = None
     span: tuple[int, int] | None = None
     """Byte range of the line in its file, when `text` was not carried back from a worker."""
+    reason: str | None = None
+    """The reject reason when `obj` is None (None: unreadable_line)."""
 
 
 def resolve_path(path: str) -> Path | None:
@@ -63,11 +68,14 @@ def _as_record(obj: Any) -> tuple[Any, str | None]:
 
 def line_raw(n: int, line: bytes) -> Raw | None:
     """A JSONL line (split on \\n only, as the parallel reader splits) -> Raw; None for a blank line."""
-    text = line.decode("utf-8", errors="replace").rstrip("\r\n")
+    # A BOM opens files saved by some Windows tools (and each file of a `cat` of them): no JSON text.
+    text = line.decode("utf-8", errors="replace").rstrip("\r\n").removeprefix(BOM)
     if not text.strip():
         return None  # blank lines are not records
     try:
-        obj, err = _as_record(json.loads(text))
+        obj, err = _as_record(decode_line(text))
+    except DuplicateKey as e:
+        return Raw(n, text, None, str(e), reason=DUPLICATE_KEY)
     except json.JSONDecodeError as e:
         # The line number is the caller's (a worker only knows its chunk-local one); the column is ours.
         obj, err = None, f"bad JSON at column {e.colno}: {e.msg}"
@@ -120,6 +128,7 @@ def sniff_format(path: Path) -> str:
         first = next(lines, None)
         if first is None:
             return "jsonl"  # an empty file holds no records either way
+        first = first.removeprefix(BOM_BYTES)
         try:
             value = _loads(first)
         except ValueError:
@@ -134,10 +143,11 @@ def sniff_format(path: Path) -> str:
         return "json" if isinstance(value, list) or _is_keyed(value) else "jsonl"
 
 
-def _load_document(path: Path):
+def _load_document(path: Path) -> tuple[Any, bool]:
+    """(the document, whether any object in it repeats a key); utf-8-sig drops a leading BOM."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return json.load(f)
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
+            return decode_document(f.read())
     except json.JSONDecodeError as e:
         # Reached only when the first line is no JSON value on its own, so JSON Lines is ruled out too.
         raise UnreadableFile(f"{path} is neither JSON Lines (its first line is not JSON) nor one JSON document: "
@@ -146,16 +156,40 @@ def _load_document(path: Path):
 
 def iter_json(path: Path) -> Iterator[Raw]:
     """A JSON list, or a dict keyed by id (BiGGen layout). Raises UnreadableFile when it is not one document."""
-    data = _load_document(path)
+    data, repeated = _load_document(path)
     if _is_keyed(data):
-        data = [value if "id" in value else {"id": key, **value} for key, value in data.items()]
-    elif isinstance(data, dict):
+        yield from _keyed_records(data, repeated)
+        return
+    if isinstance(data, dict):
         data = [data]  # a single record, pretty-printed
     elif not isinstance(data, list):
         raise UnreadableFile(f"{path}: expected a JSON list or object, got {type(data).__name__}")
     for n, obj in enumerate(data, 1):
-        rec, err = _as_record(obj)
-        yield Raw(n, _dumps(obj), rec, err)
+        yield _element_raw(n, obj, repeated)
+
+
+def _element_raw(n: int, obj, repeated: bool) -> Raw:
+    """One record of a document; rejected as duplicate_key when an object in it repeats a key."""
+    key = repeated_key(obj) if repeated else None  # the walk only when the document holds a repeat
+    if key is not None:
+        return Raw(n, as_written(obj), None, str(DuplicateKey(key)), reason=DUPLICATE_KEY)
+    rec, err = _as_record(obj)
+    return Raw(n, _dumps(obj), rec, err)
+
+
+def _keyed_records(data: dict, repeated: bool) -> Iterator[Raw]:
+    """Records keyed by id (BiGGen): a repeated id would have kept only its last record; every record
+    is read, and one whose id an earlier record has is a duplicate_key reject."""
+    first: dict[str, int] = {}
+    for n, (key, value) in enumerate(data.pairs if isinstance(data, Repeated) else data.items(), 1):
+        if key in first:
+            yield Raw(n, as_written(value), None, f"record id {key!r} repeats record {first[key]}",
+                      reason=DUPLICATE_KEY)
+            continue
+        first[key] = n
+        if isinstance(value, dict) and "id" not in value and not (repeated and repeated_key(value)):
+            value = {"id": key, **value}
+        yield _element_raw(n, value, repeated)
 
 
 def iter_parquet(path: Path) -> Iterator[Raw]:
@@ -219,18 +253,24 @@ def open_source(path: str, hf_split: str | None = None,
 def open_store(path: str, since: dict[str, int]) -> tuple[Iterator[Raw], dict]:
     """(the teacher judgments of a judgment store, its manifest description). Reads the rows after the
     seq `since` holds for this store's id (0: all) up to the store's current end, which the description
-    records (`max_seq`) for the next build's `since`. `line` is the row's seq."""
+    records (`max_seq`) for the next build's `since`. `line` is the row's seq. The store is opened
+    read-only: a build never writes its input (no checkpoint, no -wal or -shm created or removed). A
+    damaged store, or a copy made without its -wal, is a ConfigError naming it (one line, exit 2)."""
     from judgeforge.cascade.store import JudgmentStore, StoreError
 
     local = resolve_path(path)
     if local is None or not local.is_file():
         raise ConfigError(f"judgment store not found: {path} (tried the current directory and {REPO_ROOT})")
     try:
-        store = JudgmentStore(local, create=False)
+        store = JudgmentStore(local, readonly=True)
     except StoreError as e:
         raise ConfigError(str(e)) from None
-    # Rows committed after this are left for the next build: the read ends at a seq fixed up front.
-    info = {"id": store.id, "since_seq": since.get(store.id, 0), "max_seq": store.max_seq()}
+    try:
+        # Rows committed after this are left for the next build: the read ends at a seq fixed up front.
+        info = {"id": store.id, "since_seq": since.get(store.id, 0), "max_seq": store.max_seq()}
+    except StoreError as e:
+        store.close()
+        raise ConfigError(str(e)) from None
     if info["since_seq"] > info["max_seq"]:
         log.warning("store %s (id %s) ends at seq %d, before the since manifest's %d: restored from an older "
                     "copy? Nothing is read from it", local, store.id, info["max_seq"], info["since_seq"])
@@ -238,7 +278,13 @@ def open_store(path: str, since: dict[str, int]) -> tuple[Iterator[Raw], dict]:
 
 
 def _store_rows(store, since_seq: int, upto: int) -> Iterator[Raw]:
+    from judgeforge.cascade.store import StoreError
+
     with store:
-        for row in store.iter_teacher(since_seq, upto):
-            obj = row.to_dict()
-            yield Raw(row.seq, _dumps(obj), obj)
+        try:
+            for row in store.iter_teacher(since_seq, upto):
+                obj = row.to_dict()
+                yield Raw(row.seq, _dumps(obj), obj)
+            store.check_unchanged()  # read without locks (no -wal): no writer may have touched it meanwhile
+        except StoreError as e:  # damage found mid-read: one line naming the store, not a traceback
+            raise ConfigError(str(e)) from None

@@ -27,6 +27,7 @@ from judgeforge.eval.config import PAIRWISE_KINDS, EvalConfig, JudgeConfig, SetC
 from judgeforge.eval.judges import PROBE, add_lengths, build_units, grade_units, merged_model_dir
 from judgeforge.eval.report import compute_metrics, render_markdown
 from judgeforge.io import atomic_dir, atomic_write_json, atomic_write_text, read_jsonl, write_jsonl
+from judgeforge.redact import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ def describe(judge: JudgeConfig) -> dict:
     if judge.adapter:
         what += f" + adapter `{judge.adapter}` (merged on CPU)"
     if e.kind == "openai":
-        what += f" at {e.base_url}"
+        what += f" at {redact_url(e.base_url)}"  # the report may be shared: no credentials
     return {"name": judge.name, "description": what}
 
 

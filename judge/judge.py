@@ -22,7 +22,7 @@ from typing import Sequence
 
 from judgeforge.judge.engines import COMPLETION_TOKENS, JudgeEngine, Sample, SampleRequest
 from judgeforge.judge.items import CompareItem, GradeItem, Options
-from judgeforge.judge.parsing import ParseResult, parse_score, parse_verdict
+from judgeforge.judge.parsing import ParseResult, parse_score, parse_verdict, valid_judgment
 from judgeforge.judge.scores import Judged, distribution
 from judgeforge.judge.voting import Comparison, Grade, SampleSlots, vote_scores, vote_verdicts
 
@@ -32,12 +32,15 @@ KV_SHARE = 0.9  # of the engine's KV cache a batch may plan to fill (the rest ab
 SCORE_ONLY = "score-only: nothing written"
 
 
-def read(sample: Sample, item: GradeItem | CompareItem) -> Judged:
-    """One engine sample as a vote: the written value and the completed distribution."""
+def read(sample: Sample, item: GradeItem | CompareItem, strict: bool = False) -> Judged:
+    """One engine sample as a vote: the written value and the completed distribution. `strict`: a
+    written score whose feedback states another verdict is no vote (judge.parsing.valid_judgment)."""
     if sample.finish_reason == "score_only":
         written = ParseResult(reason=SCORE_ONLY)
     elif isinstance(item, GradeItem):
         written = parse_score(sample.text, item.scale)
+        if strict:
+            written = valid_judgment(written)
     else:
         written = parse_verdict(sample.text)
     return Judged(written=written, probs=distribution(sample.choice_logprobs, item.choices),
@@ -72,9 +75,12 @@ def plan_batches(costs: Sequence[int], budget: int | None, max_size: int = BATCH
 
 
 class Judge:
-    def __init__(self, engine: JudgeEngine, sampling):
+    def __init__(self, engine: JudgeEngine, sampling, strict: bool = False):
+        """`strict`: the data builder's rule for a valid judgment applies to written scores (see
+        `read`): the cascade's teacher, whose judgments are served and then trained on."""
         self.engine = engine
         self.sampling = sampling  # judge.config.SamplingConfig
+        self.strict = strict
 
     def request(self, messages: list[dict], options: Options | None, choices: Sequence[str]) -> SampleRequest:
         """An engine request with the config's defaults under the item's options (not prepared)."""
@@ -114,7 +120,7 @@ class Judge:
                 chunk = [todo[k] for k in batch]
                 outs = self.engine.generate([r for _, r in chunk])
                 for (i, _), samples in zip(chunk, outs):
-                    slots[i].fill([read(s, items[i]) for s in samples])
+                    slots[i].fill([read(s, items[i], self.strict) for s in samples])
                 if progress is not None and first:
                     progress.update(len(chunk))
 
@@ -128,7 +134,7 @@ class Judge:
     async def _arun(self, req: SampleRequest, item) -> SampleSlots:
         slots = SampleSlots(req.n)
         while (nxt := self._next(req, slots)) is not None:
-            slots.fill([read(s, item) for s in await self.engine.agenerate(nxt)])
+            slots.fill([read(s, item, self.strict) for s in await self.engine.agenerate(nxt)])
         return slots
 
     @staticmethod

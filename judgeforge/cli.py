@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 
-# (words...) -> "module:function"; the longest matching prefix wins.
+# (words...) -> "module:function"; the longest matching prefix wins (up to LONGEST words).
 COMMANDS: dict[tuple[str, ...], str] = {
     ("data", "build"): "judgeforge.data.build:main",
     ("model", "prepare"): "judgeforge.models:main",
@@ -25,7 +25,9 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("serve",): "judgeforge.serve.app:main",
     ("grade",): "judgeforge.serve.client:main",
     ("cascade", "calibrate"): "judgeforge.cascade.calibrate:main",
+    ("cascade", "store", "backup"): "judgeforge.cascade.backup:main",
 }
+LONGEST = max(map(len, COMMANDS))
 
 USAGE = "usage: judgeforge <command> [--config FILE] [key=value ...]\n\ncommands:\n" + "\n".join(
     "  " + " ".join(words) for words in sorted(COMMANDS)
@@ -63,7 +65,7 @@ def configure_logging() -> None:
 
 
 def _match(argv: list[str]) -> tuple[str, list[str]] | None:
-    for n in (2, 1):
+    for n in range(LONGEST, 0, -1):
         words = tuple(argv[:n])
         if len(words) == n and words in COMMANDS:
             return COMMANDS[words], argv[n:]

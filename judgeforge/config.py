@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from judgeforge.io import atomic_write_text
+from judgeforge.redact import scrub
 
 
 class ConfigError(ValueError):
@@ -74,7 +75,8 @@ def _format_validation(cls: type, err: ValidationError, source: str) -> str:
     for e in err.errors():
         key = ".".join(str(x) for x in e["loc"]) or "<root>"
         msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-        lines.append(f"  {key}: {msg} (got {e.get('input')!r})"[:400])
+        # A rejected value may be a URL with a password in it: the message shows it redacted.
+        lines.append(f"  {key}: {msg} (got {scrub(repr(e.get('input')))})"[:400])
     return "\n".join(lines)
 
 

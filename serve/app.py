@@ -4,6 +4,9 @@ Routes: POST /v1/grade, /v1/grade/batch, /v1/compare, /v1/compare/batch;
 GET /v1/models, /metrics (Prometheus), /openapi.json, /health (the only open route).
 
 Failure behaviour (each one tested in tests/serve/):
+- headers: a request head over `server.max_header_bytes` -> 431 (bounded where uvicorn's h11
+  buffers it, serve/headers.py), more than `server.max_headers` fields -> 431, a head not complete
+  within `server.header_timeout_s` -> 408; all before auth;
 - auth: every path but /health (unknown paths and /openapi.json included) needs
   `Authorization: Bearer <key>` (scheme case-insensitive; env JUDGEFORGE_API_KEY over
   `server.api_key`), compared in constant time -> 401 otherwise. With no non-empty key the
@@ -39,6 +42,8 @@ from starlette.routing import Match
 
 from judgeforge.serve.config import ServeConfig
 from judgeforge.judge.engines import EngineError, JudgeEngine
+from judgeforge.redact import redact_url
+from judgeforge.serve.headers import HeaderLimits, uvicorn_options
 from judgeforge.serve.routes import ROUTERS
 from judgeforge.serve.schemas import FieldError, apply_limits_to_openapi, safe_errors
 from judgeforge.serve.state import UNAUTHORIZED, AppState, Metrics, required_key
@@ -178,7 +183,7 @@ def check_json(content_type: str, body: bytes) -> None:
         return
     if not is_json(content_type):
         raise BodyError(415, "send the body as JSON with content-type: application/json (got "
-                        f"{content_type or 'no content-type'!r})")
+                        f"{content_type[:100] or 'no content-type'!r})")
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -263,9 +268,11 @@ def create_app(cfg: ServeConfig, engine: JudgeEngine, teacher_engine: JudgeEngin
     app.openapi = functools.partial(openapi, app, cfg)
     app.add_exception_handler(FieldError, field_error)
     app.add_exception_handler(RequestValidationError, validation_error)
-    # Added innermost first: requests pass CountRequests, then RequireKey, then JSONBodies.
+    # Added innermost first: requests pass CountRequests, HeaderLimits, RequireKey, then JSONBodies.
     app.add_middleware(JSONBodies, max_bytes=cfg.server.max_body_bytes)
     app.add_middleware(RequireKey, state=shared)
+    app.add_middleware(HeaderLimits, max_headers=cfg.server.max_headers,
+                       max_bytes=cfg.server.max_header_bytes)
     app.add_middleware(CountRequests, metrics=shared.metrics)
     for router in ROUTERS:
         app.include_router(router)
@@ -293,8 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     required_key(cfg)  # no key, no server: before minutes of model loading (exit 2 via the CLI)
     if cfg.cascade is not None:
         load_threshold(cfg.cascade)  # a bad calibration.json fails before the model loads too
-    shown = cfg.server.model_copy(update={"api_key": "***" if cfg.server.api_key else None})
-    log.info("resolved config:\n%s", dump_config(cfg.model_copy(update={"server": shown})))
+    log.info("resolved config:\n%s", dump_config(shown_config(cfg)))
     try:
         engine = build_engine(cfg)
     except (EngineError, TemplateVersionMismatch) as e:  # bad adapter: a clear message, not a traceback
@@ -307,5 +313,17 @@ def main(argv: list[str] | None = None) -> int:
         engine.close()
         return 2
     uvicorn.run(app, host=cfg.server.host, port=cfg.server.port,
-                timeout_graceful_shutdown=int(cfg.server.drain_timeout_s), log_level="info")
+                timeout_graceful_shutdown=int(cfg.server.drain_timeout_s), log_level="info",
+                **uvicorn_options(cfg.server))
     return 0
+
+
+def shown_config(cfg: ServeConfig) -> ServeConfig:
+    """The config as logged: the API key masked, endpoint URLs redacted."""
+    update = {"server": cfg.server.model_copy(update={"api_key": "***" if cfg.server.api_key else None}),
+              "engine": cfg.engine.model_copy(update={"base_url": redact_url(cfg.engine.base_url)})}
+    if cfg.cascade is not None:
+        teacher = cfg.cascade.teacher
+        teacher = teacher.model_copy(update={"base_url": redact_url(teacher.base_url)})
+        update["cascade"] = cfg.cascade.model_copy(update={"teacher": teacher})
+    return cfg.model_copy(update=update)

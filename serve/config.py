@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from judgeforge.config import Config
-from judgeforge.judge.config import EngineConfig, SamplingConfig
+from judgeforge.judge.config import EngineConfig, SamplingConfig, plain_base_url
 
 
 class ServerConfig(Config):
@@ -40,6 +40,15 @@ class ServerConfig(Config):
     """On SIGTERM: how long to let accepted requests finish."""
     health_poll_s: float = 1.0
     """How often the engine's liveness is checked (503 within about this)."""
+    max_header_bytes: int = Field(32 * 1024, ge=1024)
+    """Largest request head (request line and headers together) read; beyond it 431, before auth. Enforced
+    where the bytes are buffered (uvicorn's h11 parser, serve/headers.py), so a header that never ends
+    costs at most this much memory per connection."""
+    max_headers: int = Field(100, ge=8)
+    """Most header fields in one request (431 beyond, before auth)."""
+    header_timeout_s: float = Field(10.0, gt=0)
+    """A request head not complete this long after its first byte (or after the connection opened) is
+    answered 408 and its connection closed: a client trickling headers holds no connection for long."""
 
 
 
@@ -59,7 +68,8 @@ class TeacherConfig(Config):
     judge core's `openai` engine with the same Prometheus prompt and score parsing as the local judge."""
 
     base_url: str = "http://127.0.0.1:8001/v1"
-    """Endpoint base URL (e.g. https://api.openai.com/v1, or a `vllm serve` of a bigger judge)."""
+    """Endpoint base URL (e.g. https://api.openai.com/v1, or a `vllm serve` of a bigger judge). Credentials
+    (`user:password@`) or a query in it are refused: they would be logged and answered with every error."""
     model: str = "gpt-4"
     """Model name sent to the endpoint."""
     api_key_env: str = "OPENAI_API_KEY"
@@ -67,11 +77,18 @@ class TeacherConfig(Config):
     max_model_len: int = 8192
     """Context length reported for the teacher (the endpoint itself refuses longer prompts)."""
     max_retries: int = Field(2, ge=0)
-    """SDK retries of connection errors and 5xx answers per call (with backoff) before a failure."""
+    """Retries of a call that got no answer (unreachable, timed out, 408/409/429/5xx), with backoff,
+    before a failure. Each retry is a call of its own, counted by the budget like any other: the
+    SDK's own retries are off for the teacher, since the budget could not see them."""
     sampling: TeacherSampling = TeacherSampling()
     """How the teacher samples. One sample (one paid call) per escalation; an answer without a parseable
     `[RESULT] N` is re-asked at most `max_resample_rounds` times (not at temperature 0: a greedy
     re-ask repeats the same text), then the item counts as a teacher failure."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _plain_base_url(cls, v: str) -> str:
+        return plain_base_url(v)  # refused at load, as a config error, before anything logs the URL
 
     def engine(self, timeout_s: float, max_concurrency: int) -> EngineConfig:
         """The judge core's engine config for this teacher (chat API: the endpoint renders the prompt)."""
@@ -95,11 +112,21 @@ class CascadeConfig(Config):
     max_concurrency: int = Field(8, ge=1)
     """Teacher calls in flight at once (more escalations wait for a slot)."""
     budget_per_minute: int | None = Field(None, ge=0)
-    """Escalations allowed per rolling minute (None: unlimited); beyond it `on_teacher_failure` applies."""
+    """Paid teacher calls allowed per rolling minute (None: unlimited); beyond it `on_teacher_failure`
+    applies. A call is paid when it was answered (an unparseable answer and its re-asks included) or
+    cut off by a timeout (the endpoint may have generated it); a call refused with an error status or
+    unreachable is given back. Every call is also counted by outcome (`teacher_calls` in the answer,
+    `judgeforge_teacher_calls_total` in /metrics), failures apart."""
     budget_total: int | None = Field(None, ge=0)
-    """Escalations allowed over the server's lifetime (None: unlimited)."""
+    """Paid teacher calls allowed over the server's lifetime (None: unlimited), counted as above."""
     timeout_s: float = Field(60.0, gt=0)
-    """Longest wait for the teacher's judgment of one item, re-asks included."""
+    """Longest wait for the teacher's judgment of one item, re-asks and retries included (less when
+    `deadline_s` leaves less)."""
+    deadline_s: float | None = Field(None, gt=0)
+    """End-to-end limit of one request, from its arrival: local grading, the wait for a teacher slot,
+    the teacher's calls and the store write. The teacher gets what is left of it (at most `timeout_s`,
+    minus a margin for the answer): a teacher cut short is a teacher failure (`on_teacher_failure`).
+    A request not answered by the deadline gets 504. None: only `server.request_timeout_s` bounds it."""
     on_teacher_failure: Literal["local", "503"] = "local"
     """Teacher error, timeout, unparseable answer or exhausted budget: "local" answers with the local
     judgment, flagged (`teacher_error` or `budget_exhausted`); "503" refuses the request."""

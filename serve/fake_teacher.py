@@ -3,8 +3,10 @@
 `FakeTeacher(judgments)` serves POST /v1/chat/completions on 127.0.0.1 (uvicorn in a thread): a request
 whose messages contain a judgment's tag (e.g. "[item 83]") is answered with that judgment's text
 (GPT-4's feedback followed by `[RESULT] N`). `mode` switches its behaviour at run time: "ok",
-"timeout" (answers after `delay_s`), "error" (500), "garbage" (text without a score). `calls` counts
-every request received.
+"timeout" (answers after `delay_s`), "error" (500), "garbage" (text without a score), and two careless
+endpoints for the credential tests: "unauthorized" (401 whose message echoes the Authorization header,
+as a real API's "Incorrect API key provided: ..." may) and "leaky_error" (500 whose body echoes the
+request URL and every header). `calls` counts every request received.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-MODES = ("ok", "timeout", "error", "garbage")
+MODES = ("ok", "timeout", "error", "garbage", "unauthorized", "leaky_error")
 
 
 def prometheus_judgments(path: str | Path, k: int) -> dict[str, tuple[str, int]]:
@@ -61,6 +63,8 @@ class FakeTeacher:
                 await asyncio.sleep(self.delay_s)
             if self.mode == "error":
                 return JSONResponse({"error": {"message": "teacher overloaded"}}, status_code=500)
+            if self.mode in ("unauthorized", "leaky_error"):
+                return self._leak(request)
             text = self._text(body["messages"])
             choices = [{"index": i, "finish_reason": "stop",
                         "message": {"role": "assistant", "content": text}} for i in range(body.get("n", 1))]
@@ -69,6 +73,16 @@ class FakeTeacher:
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
 
         return app
+
+    def _leak(self, request: Request) -> JSONResponse:
+        """An error body quoting the caller's credentials back (what the server must never relay)."""
+        auth = request.headers.get("authorization", "")
+        if self.mode == "unauthorized":
+            error = {"message": f"Incorrect API key provided: {auth}", "type": "invalid_request_error",
+                     "code": "invalid_api_key"}
+            return JSONResponse({"error": error}, status_code=401)
+        error = {"message": f"internal error serving {request.url}: headers {dict(request.headers)}"}
+        return JSONResponse({"error": error}, status_code=500)
 
     def start(self) -> "FakeTeacher":
         import uvicorn

@@ -3,6 +3,9 @@
 Static limits live in the field constraints (so they show in the OpenAPI spec);
 limits from the config (`max_n`, `max_input_chars`, `max_batch`) are checked by
 `validate_limits`, which raises `FieldError` naming the field (served as 422).
+Every string field is bounded (texts and rubric texts by `max_input_chars`, names
+such as `adapter` by NAME_CHARS), and a 422 body never echoes more than a few
+hundred characters of anything a client sent (`safe_errors`, `FieldError.detail`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ class FieldError(ValueError):
         super().__init__(f"{'.'.join(map(str, loc))}: {msg}")
 
     def detail(self) -> list[dict]:
-        return [{"loc": ["body", *self.loc], "msg": self.msg, "type": self.kind}]
+        return [{"loc": ["body", *map(_loc, self.loc)], "msg": _echo(self.msg, MSG_CHARS), "type": self.kind}]
 
 
 def _unicode(v: str) -> str:
@@ -42,6 +45,15 @@ def _unicode(v: str) -> str:
 Text = Annotated[str, AfterValidator(_unicode)]
 """Request text: any string that is valid Unicode (encodable as UTF-8)."""
 ECHO_CHARS = 200
+"""Most characters of a client's input echoed in a 422."""
+MSG_CHARS = 300
+"""Longest 422 message (some quote the input: an unknown rubric key, an unknown adapter)."""
+LOC_CHARS = 64
+"""Longest field name in a 422's `loc` (an unknown key is the client's text)."""
+MAX_ERRORS = 20
+"""Most errors listed in one 422 (a batch of a million bad items must not answer a million)."""
+NAME_CHARS = 256
+"""Longest name field (`adapter`): names are short, and an unknown one is quoted back."""
 
 
 def safe_errors(errors: list[dict]) -> list[dict]:
@@ -49,17 +61,24 @@ def safe_errors(errors: list[dict]) -> list[dict]:
     echoed only as a short scalar (NaN/inf as strings; a whole body or a 200k-character text is
     not sent back), constraint values (ctx) as JSON scalars."""
     out = []
-    for e in errors:
-        d = {"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]}
+    for e in errors[:MAX_ERRORS]:
+        d = {"loc": [_loc(x) for x in e["loc"]], "msg": _echo(e["msg"], MSG_CHARS), "type": e["type"]}
         if not isinstance(e.get("input"), (dict, list, tuple)):
             d["input"] = _echo(e.get("input"))
         if e.get("ctx"):
-            d["ctx"] = {k: _echo(v) for k, v in e["ctx"].items()}
+            d["ctx"] = {_loc(k): _echo(v) for k, v in list(e["ctx"].items())[:8]}
         out.append(d)
+    if len(errors) > MAX_ERRORS:
+        out.append({"loc": ["body"], "msg": f"... and {len(errors) - MAX_ERRORS} more errors",
+                    "type": "too_many_errors"})
     return out
 
 
-def _echo(v: Any) -> Any:
+def _loc(x: Any) -> Any:
+    return x if isinstance(x, int) else _echo(str(x), LOC_CHARS)
+
+
+def _echo(v: Any, limit: int = ECHO_CHARS) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)  # JSON has no NaN/inf: "nan", "inf"
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63:
@@ -67,7 +86,7 @@ def _echo(v: Any) -> Any:
     if v is None or isinstance(v, (bool, int, float)):
         return v
     text = v if isinstance(v, str) else str(v)  # ctx may hold an exception
-    return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS] + "..."
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class RubricIn(BaseModel):
@@ -80,7 +99,8 @@ class RubricIn(BaseModel):
     def _descriptions(self):
         for key, value in (self.model_extra or {}).items():
             if not _DESC_KEY.match(key):
-                raise ValueError(f"unknown rubric key {key!r} (expected criteria, score<k>_description)")
+                raise ValueError(f"unknown rubric key {_echo(key, LOC_CHARS)!r} (expected criteria, "
+                                 "score<k>_description)")
             if not isinstance(value, str):
                 raise ValueError(f"rubric {key} must be a string")
             _unicode(value)
@@ -99,7 +119,8 @@ class SamplingIn(BaseModel):
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     max_tokens: int | None = Field(None, ge=1, le=1_000_000)
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
-    adapter: Text | None = Field(None, description="LoRA adapter name from GET /v1/models; null = base")
+    adapter: Text | None = Field(None, max_length=NAME_CHARS,
+                                 description="LoRA adapter name from GET /v1/models; null = base")
     feedback: bool | None = Field(None, description="false: score-only (the distribution straight after "
                                   "the prompt and `[RESULT] `, no feedback written); null: server default")
     include_samples: bool = Field(False, description="also return the raw text of every sample")
@@ -179,11 +200,20 @@ def validate_limits(req: GradeRequest | CompareRequest, cfg, loc: list | None = 
     if req.max_tokens is not None and req.max_tokens > cfg.sampling.max_tokens_limit:
         raise FieldError(loc + ["max_tokens"], f"max_tokens={req.max_tokens} exceeds this server's "
                          f"limit of {cfg.sampling.max_tokens_limit}", "less_than_equal")
-    for name in ("instruction", "response", "response_a", "response_b", "reference_answer"):
-        value = getattr(req, name, None)
+    for where, value in _texts(req):
         if isinstance(value, str) and len(value) > cfg.server.max_input_chars:
-            raise FieldError(loc + [name], f"{name} is {len(value)} characters; the limit is "
+            raise FieldError(loc + where, f"{where[-1]} is {len(value)} characters; the limit is "
                              f"{cfg.server.max_input_chars}", "string_too_long")
+
+
+def _texts(req: GradeRequest | CompareRequest):
+    """(loc, value) of every free text of a request: its texts and its custom rubric's."""
+    for name in ("instruction", "response", "response_a", "response_b", "reference_answer"):
+        yield [name], getattr(req, name, None)
+    if isinstance(req.rubric, RubricIn):
+        yield ["rubric", "criteria"], req.rubric.criteria
+        for key, value in (req.rubric.model_extra or {}).items():
+            yield ["rubric", key], value
 
 
 class CascadeFields(BaseModel):
@@ -202,6 +232,9 @@ class CascadeFields(BaseModel):
                                           "spent; answered locally")
     cached: bool | None = Field(None, description="answered from the judgment store (an identical request "
                                 "graded before by the same local judge)")
+    teacher_calls: dict[str, int] | None = Field(
+        None, description="escalated items: the teacher calls made for this item (re-asks and retries "
+        "included) by outcome: answered and timeout count against the budget, error does not")
 
 
 class GradeResponse(CascadeFields):

@@ -45,6 +45,9 @@ class Metrics:
         self.null_scores = Counter("judgeforge_null_results", "Gradings with no parseable sample", registry=r)
         self.in_flight = Gauge("judgeforge_in_flight", "Gradings admitted and not finished", registry=r)
         self.engine_alive = Gauge("judgeforge_engine_alive", "1 while the engine can serve", registry=r)
+        self.teacher_calls = Counter("judgeforge_teacher_calls", "Calls to the cascade's teacher by outcome: "
+                                     "answered and timeout are paid (counted by the budget), error is not",
+                                     ["outcome"], registry=r)
 
 
 class Admission:
@@ -111,7 +114,8 @@ class AppState:
         self.admission = Admission(cfg.server.max_in_flight)
         self.alive, self.reason = engine.alive, None
         # Cascade and store (serve/cascade.py); a pass-through when neither section is configured.
-        self.grader = Grader(engine.model_name, cfg.cascade, cfg.store, teacher_engine)
+        self.grader = Grader(engine.model_name, cfg.cascade, cfg.store, teacher_engine,
+                             on_teacher_call=lambda outcome: self.metrics.teacher_calls.labels(outcome).inc())
 
     # -- auth and liveness -------------------------------------------------
 

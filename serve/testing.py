@@ -4,7 +4,10 @@
   an optional delay, cancellation counter and a `dead` switch: for testing HTTP
   logic (auth, limits, 429/504/503) without a model.
 - `ServerProcess`: `judgeforge serve` in a subprocess on a free port, waited
-  for via /health and stopped with SIGTERM (the real CLI, as deployed).
+  for via /health and stopped with SIGTERM (the real CLI, as deployed); with
+  `scripted=True` the same CLI over a ScriptedEngine instead of a model
+  (`python -m judgeforge.serve.testing [serve args]`), for tests of the real
+  server process (its uvicorn options, its logs) that need no model.
 """
 
 from __future__ import annotations
@@ -93,11 +96,13 @@ def free_port() -> int:
 class ServerProcess:
     """`judgeforge serve` in a subprocess (the real CLI), stopped with SIGTERM."""
 
-    def __init__(self, config: Path, overrides: list[str], env: dict | None = None, log: Path | None = None):
+    def __init__(self, config: Path | None, overrides: list[str], env: dict | None = None,
+                 log: Path | None = None, scripted: bool = False):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        cmd = [sys.executable, "-m", "judgeforge.cli", "serve", "--config", str(config),
+        entry = ["judgeforge.serve.testing"] if scripted else ["judgeforge.cli", "serve"]
+        cmd = [sys.executable, "-m", *entry, *(["--config", str(config)] if config else []),
                "--port", str(self.port), *overrides]
         self.out = open(log, "w") if log else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=self.out,
@@ -210,3 +215,18 @@ class VLLMServe:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)  # the server's own session only
                 self.proc.wait(10)
+
+
+def serve_scripted(argv: list[str]) -> int:
+    """`judgeforge serve ARGV` as deployed (the CLI: config, logging, uvicorn and its options) over a
+    ScriptedEngine (env JUDGEFORGE_SCRIPTED_DELAY: its delay in seconds) instead of a model."""
+    from judgeforge import cli
+    from judgeforge.judge import engines
+
+    delay = float(os.environ.get("JUDGEFORGE_SCRIPTED_DELAY", "0"))
+    engines.build_engine = lambda cfg: ScriptedEngine(delay=delay)  # serve's main looks it up at call time
+    return cli.main(["serve", *argv])
+
+
+if __name__ == "__main__":
+    sys.exit(serve_scripted(sys.argv[1:]))

@@ -74,28 +74,28 @@ def test_this_machine_is_described():
 
 
 def test_reserved_cores():
-    small, big = recorded("amd-epyc-avx2.txt"), hw.CPUInfo("x86_64", "big", cpus=tuple(range(16)))
-    assert (hw.reserved_cores(None, small), hw.reserved_cores(None, big), hw.reserved_cores(3, small)) == (0, 1, 3)
+    cpu = recorded("amd-epyc-avx2.txt")
+    assert (hw.reserved_cores(None, cpu), hw.reserved_cores(3, cpu)) == (0, 3)
 
 
-@pytest.mark.parametrize("allowed,taken,reserved,want", [
-    ([0, 1], [], 0, (0, 1)),            # alone: every core
-    ([0, 1], [[0, 1]], 0, ()),          # all held: not bound (never pinned onto another engine's core)
-    (range(8), [[0, 1, 2, 3]], 0, (4, 5, 6, 7)),
-    (range(8), [], 1, tuple(range(7))),
-    ([0], [], 1, (0,)),                 # never reserve the last core away
+@pytest.mark.parametrize("allowed,taken,env,cores", [
+    ([0, 1], [], "auto", (0, 1)),          # alone: vLLM's NUMA-aware binding, holding every core
+    ([0, 1], [[0, 1]], "nobind", ()),      # all held: not bound (never pinned onto another's core)
+    (range(8), [[0, 1, 2, 3]], "4-7", (4, 5, 6, 7)),
+    (range(8), [[0], [5]], "1-4,6-7", (1, 2, 3, 4, 6, 7)),
 ])
-def test_plan_binding(allowed, taken, reserved, want):
-    assert hw.plan_binding(allowed, taken, reserved) == want
+def test_plan_binding(allowed, taken, env, cores):
+    b = hw.plan_binding(allowed, taken)
+    assert (b.env, b.cores) == (env, cores)
 
 
-@given(st.sets(st.integers(0, 63), min_size=1), st.lists(st.sets(st.integers(0, 63)), max_size=4),
-       st.integers(0, 3))
-def test_plan_binding_never_shares_a_held_core(allowed, taken, reserved):
-    got = hw.plan_binding(allowed, taken, reserved)
+@given(st.sets(st.integers(0, 63), min_size=1), st.lists(st.sets(st.integers(0, 63)), max_size=4))
+def test_plan_binding_never_shares_a_held_core(allowed, taken):
+    b = hw.plan_binding(allowed, taken)
     held = set().union(*taken) if taken else set()
-    assert set(got) <= set(allowed) and not set(got) & held
-    assert got or held  # alone, an engine always gets cores
+    assert set(b.cores) <= set(allowed) and not set(b.cores) & held
+    assert b.cores or held  # alone, an engine always gets cores
+    assert (b.env == "auto") == (not held) and (b.env == "nobind") == (not b.cores)
 
 
 def test_format_cores():
@@ -103,7 +103,7 @@ def test_format_cores():
 
 
 LEASE = ("import json, sys; from judgeforge import hardware as hw; "
-         "p, c = hw.CoreLeases(sys.argv[1]).acquire(range(8)); print(json.dumps(list(c)), flush=True); "
+         "p, b = hw.CoreLeases(sys.argv[1]).acquire(range(8)); print(json.dumps(list(b.cores)), flush=True); "
          "sys.stdin.read()")
 
 
@@ -123,7 +123,7 @@ def test_leases_of_concurrent_processes_are_disjoint(tmp_path):
             p.communicate(timeout=60)  # closes stdin: each holder exits without releasing
     flat = [c for cores in got for c in cores]
     assert len(flat) == len(set(flat)) and sorted(map(len, got)) == [0, 0, 0, 8]  # first takes all
-    path, cores = hw.CoreLeases(tmp_path).acquire(range(8))  # the dead holders' leases are gone
-    assert cores == tuple(range(8)) and path.is_file()
+    path, b = hw.CoreLeases(tmp_path).acquire(range(8))  # the dead holders' leases are gone
+    assert (b.cores, b.env) == (tuple(range(8)), "auto") and path.is_file()
     hw.CoreLeases.release(path)
     assert not path.exists()

@@ -23,7 +23,11 @@ Errors: context overflow (a 400 whose code is `context_length_exceeded` (OpenAI)
 vLLM's `input_tokens`/`input_text`, or, as a fallback, whose message speaks of the maximum context
 length, as both do) -> `PromptTooLong`; another 400/422 -> `InvalidRequest`; unreachable endpoint ->
 `EngineDead` (503; `alive` stays True: the endpoint may come back); timeout (`timeout_s`, after the
-SDK's retries) -> `EngineTimeout`; any other status -> `EngineError` naming it.
+SDK's retries) -> `EngineTimeout`; any other status -> `EngineError` naming it (its `status` attribute
+holds the code). Error messages name the endpoint by its redacted URL and carry the upstream body only
+as a scrubbed, bounded summary (judgeforge.redact): an endpoint that echoes the Authorization header
+must not put the key into an answer or a log, and the raw SDK exception is not chained for the same
+reason.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import re
 from judgeforge.judge.engines.base import (EngineDead, EngineError, EngineTimeout, InvalidRequest,
                                            LoopThreadEngine, PromptTooLong, Sample, SampleRequest,
                                            load_tokenizer)
+from judgeforge.redact import guard_loggers, redact_url, summary
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +79,12 @@ def _message(e) -> str:
     return str(getattr(e, "message", "") or e)
 
 
+def _status_error(msg: str, status: int) -> EngineError:
+    err = EngineError(msg)
+    err.status = status  # callers that retry (the cascade's teacher) decide on the code
+    return err
+
+
 def _token_id(key: str) -> int | None:
     m = _TOKEN_ID.match(key)
     return int(m.group(1)) if m else None
@@ -107,6 +118,11 @@ class OpenAIEngine(LoopThreadEngine):
             self._stop = {*self.tokenizer.all_special_ids, self.tokenizer.eos_token_id} - {None}
         self._http_client, self._max_retries = http_client, max_retries
         self._client = None
+        self._where = redact_url(cfg.base_url)
+        """The endpoint as errors name it."""
+        self._secrets = (os.environ.get(cfg.api_key_env),)
+        """Masked wherever an upstream text is relayed (an endpoint may echo the key)."""
+        guard_loggers()  # the HTTP stack below logs request URLs
         self._start_loop()
         self._submit(self._open()).result(timeout=60)
 
@@ -130,12 +146,15 @@ class OpenAIEngine(LoopThreadEngine):
     def _fall_back(self, why: str) -> None:
         """`completion: auto` meets an endpoint without continuation: text-only from now on."""
         if self.cfg.completion == "on":
-            raise EngineError(f"completion: on, but the endpoint {self.cfg.base_url} offers no prompt "
-                              f"continuation: {why}")
+            raise EngineError(f"completion: on, but the endpoint {self._where} offers no prompt "
+                              f"continuation: {self._summary(why)}")
         if self._why is None:
             self._why = "endpoint offers no prompt continuation"
             log.warning("%s (%s): scores are parsed from the samples' text from now on "
                         "(set completion: off to skip the attempt)", self._why, why)
+
+    def _summary(self, text: str) -> str:
+        return summary(text, self._secrets)
 
     # --- calls --------------------------------------------------------------------------
     async def _call(self, create, req: SampleRequest, n_prompt: int | None, continuation: bool, **kw):
@@ -145,26 +164,27 @@ class OpenAIEngine(LoopThreadEngine):
         async with self._sem:
             try:
                 return await create(**kw)
-            except openai.APITimeoutError as e:
-                raise EngineTimeout(f"endpoint {self.cfg.base_url} did not answer within "
-                                    f"{self.cfg.timeout_s}s") from e
+            except openai.APITimeoutError:
+                raise EngineTimeout(f"endpoint {self._where} did not answer within "
+                                    f"{self.cfg.timeout_s}s") from None
             except openai.APIConnectionError as e:
-                raise EngineDead(f"endpoint {self.cfg.base_url} unreachable: {e.__cause__ or e!r}") from e
+                why = self._summary(repr(e.__cause__ or e))
+                raise EngineDead(f"endpoint {self._where} unreachable: {why}") from None
             except openai.BadRequestError as e:
                 msg = _message(e)
                 if is_context_overflow(e):
                     m = _LIMIT.search(msg)
                     raise PromptTooLong(n_prompt if n_prompt is not None else -1, req.max_tokens,
-                                        int(m.group(1)) if m else self.max_model_len) from e
+                                        int(m.group(1)) if m else self.max_model_len) from None
                 named = [p for p in CONTINUATION_PARAMS if p == e.param or p in msg]
                 if continuation and named:
-                    raise NoContinuation(f"400 on {named[0]}: {msg[:200]}") from e
-                raise InvalidRequest(f"endpoint answered 400: {msg[:300]}") from e
+                    raise NoContinuation(f"400 on {named[0]}: {self._summary(msg)}") from None
+                raise InvalidRequest(f"endpoint answered 400: {self._summary(msg)}") from None
             except openai.UnprocessableEntityError as e:
-                raise InvalidRequest(f"endpoint answered 422: {_message(e)[:300]}") from e
+                raise InvalidRequest(f"endpoint answered 422: {self._summary(_message(e))}") from None
             except openai.APIStatusError as e:
-                raise EngineError(f"endpoint {self.cfg.base_url} answered {e.status_code}: "
-                                  f"{_message(e)[:300]}") from e
+                raise _status_error(f"endpoint {self._where} answered {e.status_code}: "
+                                    f"{self._summary(_message(e))}", e.status_code) from None
 
     def _common(self, req: SampleRequest, n: int) -> dict:
         kw = dict(model=req.adapter or self.cfg.model, n=n, temperature=req.temperature,

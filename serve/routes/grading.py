@@ -47,11 +47,12 @@ async def _run(state: AppState, request: Request, reqs: list, loc: str | None, r
                judge_fn, out_fn) -> list:
     """Check every request (before admission), run them under admission (through the cascade and
     store when configured), shape the answers."""
+    grader = state.grader
+    deadline = grader.deadline(asyncio.get_running_loop().time())  # from arrival: checks count too
     checked = state.check(reqs, loc)
     t0 = time.monotonic()
-    grader = state.grader
-    work = lambda: asyncio.gather(*(grader.answer(it, rs, judge_fn, r.adapter)  # noqa: E731
-                                    for (it, rs), r in zip(checked, reqs)))
+    work = lambda: grader.within(deadline, asyncio.gather(  # noqa: E731
+        *(grader.answer(it, rs, judge_fn, r.adapter, deadline) for (it, rs), r in zip(checked, reqs))))
     with state.metrics.latency.labels(route).time():
         results = await state.guarded_run(request, len(checked), work)
     return [out_fn(state, r, res, t0) for r, res in zip(reqs, results)]

@@ -1,5 +1,6 @@
-"""GET /v1/models, /health (open: load balancers poll it; says whether auth is off) and /metrics
-(Prometheus, one series per route template)."""
+"""GET /v1/models, /health (open: load balancers poll it; says whether auth is off and how the judgment
+store is: 503 while the engine is dead or the store fails) and /metrics (Prometheus, one series per
+route template)."""
 
 from __future__ import annotations
 
@@ -29,9 +30,14 @@ async def health(state: State):
             "model": engine.model_name,
             "in_flight": admission.used, "max_in_flight": admission.limit,
             "engine_unfinished": engine.num_unfinished() if alive else None}
+    store = state.grader.store_health()  # from the store's last operations: polling costs no I/O
+    if store is not None:
+        body["store"] = store
     if not alive:
         body["reason"] = state.dead_reason()
-    return JSONResponse(body, status_code=200 if alive else 503)
+    elif store is not None and store["status"] != "ok":  # gradings fail (503): take this replica out
+        body["status"], body["reason"] = "store_failing", f"judgment store: {store['reason']}"
+    return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
 
 
 @router.get("/metrics", dependencies=guarded)

@@ -3,8 +3,8 @@
     python store_writer.py STORE PREFIX COUNT
 
 Puts COUNT items (0: until killed) as fast as it can: every third one with the teacher's judgment at once,
-and every fifth one also gets the teacher's judgment added by a second put (the rewrite path). After each
-put returns it prints `seq key teacher` and flushes: a line on stdout is an acknowledged write.
+and every fifth one gets the teacher's judgment added afterwards (`add_teacher`, the rewrite path). After
+each write returns it prints `seq key teacher` and flushes: a line on stdout is an acknowledged write.
 """
 
 from __future__ import annotations
@@ -26,11 +26,17 @@ def record(prefix: str, i: int, teacher: bool) -> Record:
 def main(path: str, prefix: str, count: int) -> None:
     with JudgmentStore(path) as store:
         for i in itertools.count() if count == 0 else range(count):
-            for teacher in (i % 3 == 0,) + ((True,) if i % 5 == 0 and i % 3 else ()):
-                rec = record(prefix, i, teacher)
-                seq = store.put(rec)
-                sys.stdout.write(f"{seq} {rec.request.key()} {int(teacher)}\n")
-                sys.stdout.flush()
+            rec = record(prefix, i, i % 3 == 0)
+            seq = store.put(rec)
+            ack(seq, rec)
+            if i % 5 == 0 and i % 3:
+                ack(store.add_teacher(seq, record(prefix, i, True).teacher), rec, True)
+
+
+def ack(seq: int, rec: Record, teacher: bool | None = None) -> None:
+    teacher = rec.teacher is not None if teacher is None else teacher
+    sys.stdout.write(f"{seq} {rec.request.key()} {int(teacher)}\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

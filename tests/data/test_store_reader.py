@@ -4,11 +4,16 @@ teacher's judgments, with reasons for rejects, counts, and incremental builds (`
 from __future__ import annotations
 
 import json
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from judgeforge.cascade.store import JudgmentStore, LocalResult, Record, Request, TeacherResult
+from judgeforge.cascade.testing import corrupt_pages, fill_store
 from judgeforge.config import ConfigError
 from judgeforge.data.build import main
 
@@ -127,3 +132,118 @@ def test_since_must_be_a_build_manifest(tmp_path, store_path):
     plain = tmp_path / "plain.json"
     plain.write_text('{"inputs": [{"name": "jsonl:a", "sha256": null}]}')
     assert store_build(tmp_path / "y", store_path, since=str(plain))["counts"]["read"] == 11  # read in full
+
+
+# --- issue 18: corrupt stores, read-only reading, copies, re-grades ------------------------------------
+
+WRITER = Path(__file__).parents[1] / "cascade" / "store_writer.py"
+
+
+def cli_build(tmp_path: Path, *paths: Path) -> int:
+    from judgeforge import cli
+
+    args = [a for p in paths for a in ("--input", f"store:{p}")]
+    return cli.main(["data", "build", *args, "--out", str(tmp_path / "out"), "progress=false", "allow_empty=true"])
+
+
+def one_error_line(err: str, needle: str) -> str:
+    """The one stderr line naming `needle`, with no traceback anywhere."""
+    lines = [line for line in err.splitlines() if needle in line]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def files(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists()}
+
+
+def test_a_corrupt_store_is_one_line_and_exit_2(tmp_path, capsys):
+    """The issue's store (400 rows, 48 random pages overwritten mid-file) exited 1 with a traceback."""
+    path = tmp_path / "corrupt.sqlite"
+    fill_store(path, 400)
+    corrupt_pages(path, 48)
+    assert cli_build(tmp_path, path) == 2
+    assert "is corrupt" in one_error_line(capsys.readouterr().err, str(path))
+
+
+def test_a_row_that_does_not_read_back_is_one_line_and_exit_2(tmp_path, capsys):
+    """Damage that leaves the pages whole (quick_check passes): found mid-read, reported the same way."""
+    path = tmp_path / "damaged.sqlite"
+    fill_store(path, 50)
+    data = path.read_bytes()
+    row = b'{"instruction": "[item 30]'
+    assert data.count(row) == 1
+    path.write_bytes(data.replace(row, b'{"instructioN": "[item 30]'))  # valid JSON, no instruction
+    assert cli_build(tmp_path, path) == 2
+    assert "seq" in one_error_line(capsys.readouterr().err, str(path))
+
+
+def test_a_zero_byte_input_is_refused_and_left_as_it_was(tmp_path):
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    with pytest.raises(ConfigError, match="empty.*not a judgment store"):
+        store_build(tmp_path / "x", empty)
+    assert empty.stat().st_size == 0 and sorted(p.name for p in tmp_path.glob("empty*")) == ["empty.sqlite"]
+
+
+def test_reading_a_killed_writers_store_changes_none_of_its_files(tmp_path):
+    """A store whose writer was killed: its newest rows are in the -wal. Reading it used to checkpoint
+    them into the main file and delete -wal and -shm."""
+    path = tmp_path / "killed.sqlite"
+    proc = subprocess.Popen([sys.executable, str(WRITER), str(path), "r", "0"], stdout=subprocess.PIPE, text=True)
+    for _ in range(30):
+        proc.stdout.readline()
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    before = files(path)
+    assert set(before) == {"killed.sqlite", "killed.sqlite-wal", "killed.sqlite-shm"}
+    m = store_build(tmp_path / "b", path, allow_empty=True)
+    assert m["counts"]["read"] >= 10  # every third put holds a teacher judgment
+    after = files(path)
+    assert set(after) == set(before)
+    assert {n: after[n] for n in ("killed.sqlite", "killed.sqlite-wal")} == {
+        n: before[n] for n in ("killed.sqlite", "killed.sqlite-wal")}
+
+
+def test_reading_a_live_store_reads_its_wal_and_changes_nothing(tmp_path):
+    path = tmp_path / "live.sqlite"
+    with JudgmentStore(path) as live:
+        for i in range(5):
+            put(live, i)
+        before = files(path)
+        assert len(before["live.sqlite-wal"]) > 0
+        assert store_build(tmp_path / "b", path)["counts"]["read"] == 5
+        after = files(path)
+    assert {n: after[n] for n in ("live.sqlite", "live.sqlite-wal")} == {
+        n: before[n] for n in ("live.sqlite", "live.sqlite-wal")}
+
+
+def test_reading_a_closed_store_creates_no_files(tmp_path, store_path):
+    before = files(store_path)
+    assert list(before) == ["replica1.db"]  # cleanly closed: its WAL was checkpointed and removed
+    store_build(tmp_path / "b1", store_path)
+    assert files(store_path) == before  # not even an empty -wal/-shm beside it
+
+
+def test_a_copy_without_its_wal_is_named_not_read_short(tmp_path, capsys):
+    path, copy = tmp_path / "live.sqlite", tmp_path / "copy.sqlite"
+    with JudgmentStore(path) as live:
+        for i in range(20):
+            put(live, i)
+        shutil.copy(path, copy)  # the main file alone: the 20 rows are in live.sqlite-wal
+    assert cli_build(tmp_path, copy) == 2
+    assert "has no copy.sqlite-wal" in one_error_line(capsys.readouterr().err, str(copy))
+
+
+def test_every_teacher_judgment_of_an_item_is_a_record(tmp_path):
+    """An item graded again (cache off, or the teacher failed before) is a row of its own: each teacher
+    judgment is read once; an identical one is a duplicate, as in any other source."""
+    path = tmp_path / "regraded.sqlite"
+    with JudgmentStore(path) as s:
+        put(s, 1, score=4, feedback="Right and well explained.")
+        put(s, 1, score=3, feedback="Right, but terse.")
+        put(s, 1, score=3, feedback="Right, but terse.")
+        put(s, 2, teacher=False)
+        put(s, 2, score=5)
+    c = store_build(tmp_path / "b", path)["counts"]
+    assert (c["read"], c["kept"], c["rejected"], c["by_reason"]) == (4, 3, 1, {"duplicate": 1})

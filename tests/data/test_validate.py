@@ -91,3 +91,47 @@ def test_real_feedback_is_not_over_flagged(vendor):
 ])
 def test_clean_feedback(text, clean):
     assert clean_feedback(text) == clean
+
+
+# --- one rule for a valid judgment (issue 18, finding 9) ------------------------------------------
+# The server's teacher acceptance (a strict read in the judge core) and this builder check are one
+# function, judge.parsing.feedback_mismatch: a teacher judgment is served iff a build keeps it.
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_PIECES = ("The response is accurate.", "[RESULT] {k}", "So the overall score is {k}.", "I would give it a {k}.",
+           "It deserves a score of {k}/5 overall.", "It falls short of a score of {k}.", "Score {k} describes it.",
+           "Rating: [[{k}]]", "Steps 1 and {k} are clear.")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_PIECES), st.integers(1, 5)), max_size=4), st.integers(1, 5))
+def test_a_served_teacher_judgment_is_one_a_build_keeps(pieces, score):
+    from judgeforge.data.parsers import make_context, make_judgment
+    from judgeforge.data.templates import rubric_preset
+    from judgeforge.judge.engines import Sample
+    from judgeforge.judge.items import GradeItem
+    from judgeforge.judge.judge import read
+
+    text = " ".join(["Clear and well organised."] + [p.format(k=k) for p, k in pieces]) + f" [RESULT] {score}"
+    served = read(Sample(text=text, finish_reason="stop"), GradeItem("i", "r", rubric_preset("helpfulness")),
+                  strict=True).written
+    try:
+        make_judgment(make_context("store", "s"), instruction="i", response="r",
+                      rubric=rubric_preset("helpfulness"), feedback=served.feedback, score=score)
+        kept = True
+    except Reject as e:
+        assert e.reason == "score_feedback_mismatch", e
+        kept = False
+    assert served.ok == kept, (text, served.reason)
+
+
+def test_the_builder_check_is_the_judge_cores_rule():
+    from judgeforge.judge import parsing
+
+    assert parsing.feedback_mismatch("Fine. [RESULT] 3", 3) is None
+    assert parsing.feedback_mismatch("Quoting [RESULT] 1 here.", 5) == "feedback states 1, score is 5"
+    with pytest.raises(Reject, match="feedback states 1, score is 5"):
+        check_feedback_score("Quoting [RESULT] 1 here.", 5)
+    assert stated_scores is parsing.stated_scores

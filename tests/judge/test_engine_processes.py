@@ -7,6 +7,7 @@ ones kill a real `judgeforge eval` once its `VLLM::EngineCore` and `VLLM::Worker
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -122,6 +123,75 @@ def test_stopped_watchdog_exits_and_signals_nothing(tmp_path):
         proc.kill()
 
 
+# vLLM's shared memory (issue 18): its EngineCore and Workers create `psm_*` segments (their message
+# queues) and multiprocessing `sem.mp-*` semaphores; after a kill -9 the watchdog SIGKILLs them together
+# with the resource tracker (it ignores SIGTERM), so nothing unlinked them. The child here does what
+# they do: a segment registered with its own resource tracker, one that no tracker knows of, and a
+# semaphore, and it ignores SIGTERM, as an EngineCore busy loading a model does.
+SHM_PARENT = textwrap.dedent("""
+    import subprocess, sys, time
+    from judgeforge.judge.engines.watchdog import Watchdog
+    dog = Watchdog.start()
+    child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE, text=True)
+    names = child.stdout.readline()
+    time.sleep(2.5)  # the watchdog records fds every 0.5 s, mappings every 2 s
+    print(child.pid, names, end="", flush=True)
+    time.sleep(600)
+""")
+SHM_CHILD = textwrap.dedent("""
+    import multiprocessing, signal, time
+    from multiprocessing import resource_tracker, shared_memory
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    tracked = shared_memory.SharedMemory(create=True, size=4096)
+    untracked = shared_memory.SharedMemory(create=True, size=4096)
+    resource_tracker.unregister(untracked._name, "shared_memory")
+    lock = multiprocessing.get_context("spawn").Lock()
+    print(tracked.name, untracked.name, "sem." + lock._semlock.name.lstrip("/"), flush=True)
+    time.sleep(600)
+""")
+# Not the parent's: maps a segment by name (as a vLLM Worker does, untracked) and holds it.
+SHM_HOLDER = textwrap.dedent("""
+    import sys, time
+    from multiprocessing import resource_tracker, shared_memory
+    resource_tracker.register = lambda *args: None
+    held = shared_memory.SharedMemory(name=sys.argv[1])
+    print("holding", flush=True)
+    time.sleep(600)
+""")
+
+
+def test_watchdog_removes_a_killed_engines_shared_memory_but_not_a_live_processes(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(SHM_PARENT)
+    proc = subprocess.Popen([sys.executable, str(script), SHM_CHILD], stdout=subprocess.PIPE, text=True)
+    tree, holder, names = set(), None, []
+    try:
+        _child, *names = proc.stdout.readline().split()
+        tracked, untracked, _sem = names
+        tree = descendants(proc.pid)
+        assert all(os.path.exists(f"/dev/shm/{n}") for n in names), names
+        # A live process outside the engine maps the tracked segment: it must survive the cleanup.
+        holder = subprocess.Popen([sys.executable, "-c", SHM_HOLDER, tracked], stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline() == "holding\n"
+        proc.kill()
+        proc.wait()
+        assert not wait_gone(tree, timeout=10), describe(tree)
+        deadline = time.monotonic() + 5
+        while os.path.exists(f"/dev/shm/{untracked}") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [n for n in names if os.path.exists(f"/dev/shm/{n}")]
+        assert left == [tracked], f"the dead engine's segments left: {left} (the live holder's: {tracked})"
+    finally:
+        kill_all(tree)
+        proc.kill()
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        for n in names:  # a failing run must not leave them either
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"/dev/shm/{n}")
+
+
 # A judgeforge command that holds an "engine" open: SIGTERM must close it, then the process still
 # ends as killed by SIGTERM (what callers and supervisors saw before).
 HOLD = textwrap.dedent("""
@@ -224,9 +294,31 @@ def vllm_names(procs) -> set[str]:
     return names
 
 
+SHM_PREFIXES = tuple(f"/dev/shm/{prefix}" for prefix in ("psm_", "sem.mp-"))
+
+
+def shm_names(procs) -> set[str]:
+    """The psm_/sem.mp- files of /dev/shm that `procs` hold open or map (a creator's semaphore mapping
+    shows glibc's temporary name, so only the others' mappings of a semaphore name it)."""
+    names = set()
+    for p in alive(procs):
+        with contextlib.suppress(psutil.Error):
+            paths = [f.path for f in p.open_files()] + [m.path for m in p.memory_maps(grouped=False)]
+            names |= {os.path.basename(x) for x in paths if x.startswith(SHM_PREFIXES)}
+    return names
+
+
+def new_unheld_psm(before: set[str]) -> set[str]:
+    """psm_ segments created since `before` that no live process holds (other engines may be running)."""
+    new = {n for n in os.listdir("/dev/shm") if n.startswith("psm_")} - before
+    return new - shm_names(psutil.process_iter()) if new else set()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
 def test_killed_eval_leaves_no_engine_processes(sig, tmp_path, repo, vendor, default_model_dir):
+    """... and none of its shared memory: a kill -9 left vLLM's psm_/sem.mp- segments (issue 18)."""
+    psm_before = {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
     log = tmp_path / "eval.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "judgeforge.cli", "eval", "--config",
@@ -239,8 +331,12 @@ def test_killed_eval_leaves_no_engine_processes(sig, tmp_path, repo, vendor, def
             assert time.monotonic() < deadline, f"no EngineCore and Worker in 400 s: {log.read_text()[-3000:]}"
             tree |= descendants(proc.pid)
             time.sleep(0.25)
-        time.sleep(1)  # the watchdog records every 0.5 s
+        while not any(n.startswith("psm_") for n in shm_names(tree)):  # the engine's message queue
+            assert time.monotonic() < deadline, f"no psm_ segment in 400 s: {log.read_text()[-3000:]}"
+            time.sleep(0.25)
+        time.sleep(2.5)  # the watchdog records processes and open segments every 0.5 s, mappings every 2 s
         tree |= descendants(proc.pid)
+        segments = shm_names(tree | {psutil.Process(proc.pid)})
         t0 = time.monotonic()
         proc.send_signal(sig)
         while proc.poll() is None and time.monotonic() - t0 < 10:  # on SIGTERM it is still closing
@@ -251,6 +347,11 @@ def test_killed_eval_leaves_no_engine_processes(sig, tmp_path, repo, vendor, def
         print(f"{sig.name}: {len(tree)} descendants, all gone in {took:.1f} s; eval exit {proc.poll()}")
         assert not left, f"alive 10 s after {sig.name}: {describe(left)}\n{log.read_text()[-3000:]}"
         assert proc.poll() == -sig, log.read_text()[-3000:]
+        while (leaked := {n for n in segments if os.path.exists(f"/dev/shm/{n}")}) and time.monotonic() - t0 < 15:
+            time.sleep(0.2)
+        print(f"{sig.name}: the engine held {sorted(segments)}; left: {sorted(leaked)}")
+        assert not leaked, f"{sig.name} left the engine's shared memory: {sorted(leaked)}\n{log.read_text()[-3000:]}"
+        assert not new_unheld_psm(psm_before)
     finally:
         kill_all(tree)  # a failing test must not leave 8 GB of engine running
         proc.kill()

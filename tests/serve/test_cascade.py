@@ -134,7 +134,7 @@ def test_repeated_request_is_answered_from_the_store(tmp_path, teacher, judgment
     other.model_name = "another-judge"  # a store graded by another local judge is no cache for this one
     with client(tmp_path, teacher, "cascade.threshold=1.5", "store.cache=true", engine=other) as c:
         assert "cached" not in c.post("/v1/grade", json=body(tag), headers=AUTH).json()
-    assert len(other.calls) == 1 and rows(tmp_path)[1] == 1
+    assert len(other.calls) == 1 and rows(tmp_path)[1] == 2  # the other judge's grading is kept too
 
 
 def test_cache_off_grades_again(tmp_path, teacher, judgments):
@@ -142,7 +142,29 @@ def test_cache_off_grades_again(tmp_path, teacher, judgments):
     with client(tmp_path, teacher, "cascade.threshold=1.5") as c:
         for _ in range(2):
             assert "cached" not in c.post("/v1/grade", json=body(tag), headers=AUTH).json()
-    assert teacher.calls == 2 and rows(tmp_path)[1] == 1  # one row per item: the first judgment is kept
+    stored, count = rows(tmp_path)
+    assert teacher.calls == 2 and count == 2 and len(stored) == 2  # every grading kept, each with its teacher
+
+
+def test_a_regrade_is_kept_and_the_cache_answers_from_the_right_row(tmp_path, teacher, judgments):
+    """The teacher keeps failing: a repeated request is graded locally again and may get another score
+    (4, then 3); each answer is a row. Once the teacher answers, the cache answers from that row."""
+    tag = next(iter(judgments))
+    engine = ScriptedEngine(texts=("Good. [RESULT] 4", "Fair. [RESULT] 3"))
+    teacher.mode = "error"
+    with client(tmp_path, teacher, "cascade.threshold=1.5", "store.cache=true", engine=engine) as c:
+        told = [c.post("/v1/grade", json=body(tag), headers=AUTH).json() for _ in range(2)]
+        teacher.mode = "ok"
+        told += [c.post("/v1/grade", json=body(tag), headers=AUTH).json() for _ in range(2)]
+    assert [(a["judge"], a["score"], "teacher_error" in a, a.get("cached", False)) for a in told] == [
+        ("local", 4, True, False), ("local", 3, True, False), ("teacher", judgments[tag][1], False, False),
+        ("teacher", judgments[tag][1], False, True)]
+    with JudgmentStore(tmp_path / "j.sqlite", create=False) as store:
+        history = store.history(Request.from_item(GradeRequest(**body(tag)).item()).key())
+    # newest first: the teacher's grading, then the two local ones, as the clients were told
+    assert [(h.record.local.score, h.record.teacher and h.record.teacher.score) for h in history] == [
+        (4, judgments[tag][1]), (3, None), (4, None)]
+    assert all(h.record.escalated for h in history)
 
 
 @pytest.mark.parametrize("mode, calls", [("timeout", 1), ("error", 1), ("garbage", 3)])
@@ -294,3 +316,110 @@ def test_real_vllm_serve_teacher(tmp_path, vllm_serve, default_model_dir, monkey
             assert a["teacher_error"] and a["score"] == 4
     # exactly the teacher answers carry a stored teacher judgment, with the answered score
     assert teacher_scores == sorted(r.json()["score"] for r in answers if r.json()["judge"] == "teacher")
+
+
+# --- issue 18: paid calls, an end-to-end deadline, one rule for a valid judgment ----------------------
+
+
+def test_the_budget_counts_paid_calls_and_failures_apart(tmp_path, teacher, judgments, monkeypatch):
+    from judgeforge.serve import cascade
+
+    monkeypatch.setattr(cascade, "RETRY_BACKOFF_S", 0.01)
+    tags = list(judgments)
+    over = ["cascade.threshold=1.5", "cascade.budget_total=4", "cascade.teacher.max_retries=2"]
+    with client(tmp_path, teacher, *over) as c:
+        teacher.mode = "error"  # 500s: a call and two retries, none of them paid
+        failed = c.post("/v1/grade", json=body(tags[0]), headers=AUTH).json()
+        teacher.mode = "garbage"  # answered without a score: the call and its two re-asks are paid
+        garbage = c.post("/v1/grade", json=body(tags[1]), headers=AUTH).json()
+        teacher.mode = "ok"
+        ok = [c.post("/v1/grade", json=body(t), headers=AUTH).json() for t in tags[2:4]]
+        metrics = c.get("/metrics", headers=AUTH).text
+    assert "teacher_error" in failed and failed["teacher_calls"] == {"answered": 0, "timeout": 0, "error": 3}
+    assert "teacher_error" in garbage and garbage["teacher_calls"] == {"answered": 3, "timeout": 0, "error": 0}
+    assert ok[0]["judge"] == "teacher" and ok[0]["teacher_calls"] == {"answered": 1, "timeout": 0, "error": 0}
+    assert ok[1]["budget_exhausted"] is True and ok[1]["teacher_calls"]["answered"] == 0  # 4 paid: spent
+    assert teacher.calls == 3 + 3 + 1  # every call the teacher saw is in an answer
+    assert 'judgeforge_teacher_calls_total{outcome="answered"} 4.0' in metrics
+    assert 'judgeforge_teacher_calls_total{outcome="error"} 3.0' in metrics
+
+
+def test_re_asks_stop_when_the_budget_does(tmp_path, teacher, judgments):
+    teacher.mode = "garbage"
+    with client(tmp_path, teacher, "cascade.threshold=1.5", "cascade.budget_total=2") as c:
+        a = c.post("/v1/grade", json=body(next(iter(judgments))), headers=AUTH).json()
+    assert teacher.calls == 2 and a["budget_exhausted"] is True and a["judge"] == "local"
+    assert a["teacher_calls"] == {"answered": 2, "timeout": 0, "error": 0}
+
+
+def _app(tmp_path, teacher, *over, engine=None):
+    cfg = load_config(ServeConfig, None, [
+        "server.api_key=" + KEY, "engine.max_model_len=4096", f"cascade.teacher.base_url={teacher.url}",
+        "cascade.teacher.max_retries=0", f"store.path={tmp_path / 'j.sqlite'}", "cascade.threshold=1.5", *over])
+    return create_app(cfg, engine or ScriptedEngine())
+
+
+def test_the_deadline_bounds_hung_escalations_end_to_end(tmp_path, teacher, judgments):
+    from concurrent.futures import ThreadPoolExecutor
+
+    teacher.mode = "timeout"  # every call hangs 30 s; timeout_s alone would wait for it
+    over = ["cascade.timeout_s=30", "cascade.deadline_s=2", "cascade.max_concurrency=4"]
+    tags = [f"[hung {i}]" for i in range(10)]
+    with TestClient(_app(tmp_path, teacher, *over, engine=ScriptedEngine(delay=0.3))) as c:
+        def one(tag):
+            t0 = time.monotonic()
+            r = c.post("/v1/grade", json=body(tag), headers=AUTH)
+            return r, time.monotonic() - t0
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(len(tags)) as pool:
+            done = list(pool.map(one, tags))
+        took = time.monotonic() - t0
+    assert took < 3.5, f"10 concurrent hung escalations took {took:.1f}s under a 2 s deadline"
+    for r, latency in done:
+        a = r.json()
+        assert r.status_code == 200 and latency < 2.5, (latency, a)
+        assert a["judge"] == "local" and a["score"] == 4 and "no answer within" in a["teacher_error"]
+    assert rows(tmp_path)[1] == len(tags)  # each answered and stored before its deadline
+
+
+def test_the_deadline_covers_local_grading(tmp_path, teacher):
+    engine = ScriptedEngine(delay=5.0)
+    with TestClient(_app(tmp_path, teacher, "cascade.deadline_s=1", engine=engine)) as c:
+        t0 = time.monotonic()
+        r = c.post("/v1/grade", json=body("[slow]"), headers=AUTH)
+        took = time.monotonic() - t0
+    assert r.status_code == 504 and "deadline_s=1" in r.json()["detail"] and took < 2
+    assert engine.cancelled == 1 and teacher.calls == 0
+
+
+QUOTING = {
+    "[quote 1]": ("The rubric's example ends with [RESULT] 1, but this response is thorough. [RESULT] 5", 5),
+    "[quote 2]": ("Clear and correct, though brief. So the overall score is 2. [RESULT] 4", 4),
+    "[clean 1]": ("Clear, correct and complete. [RESULT] 5", 5),
+    "[clean 2]": ("Partly correct: the second step is wrong. [RESULT] 2", 2),
+}
+
+
+def test_what_the_teacher_serves_is_what_a_build_keeps(tmp_path):
+    """Issue 18, finding 9: the server served teacher answers whose feedback quoted another `[RESULT] n`,
+    and a build from that store rejected them all as score_feedback_mismatch. One rule now decides both."""
+    from judgeforge.data.parsers import make_context, parse_store
+    from judgeforge.data.validate import Reject
+
+    fake = FakeTeacher(QUOTING).start()
+    try:
+        with TestClient(_app(tmp_path, fake)) as c:
+            answers = {tag: c.post("/v1/grade", json=body(tag), headers=AUTH).json() for tag in QUOTING}
+    finally:
+        fake.stop()
+    for tag in ("[quote 1]", "[quote 2]"):  # re-asked, then flagged: the local answer, never the teacher's
+        a = answers[tag]
+        assert a["judge"] == "local" and "score_feedback_mismatch" in a["teacher_error"], a
+        assert a["teacher_calls"]["answered"] == 3
+    for tag in ("[clean 1]", "[clean 2]"):
+        assert answers[tag]["judge"] == "teacher" and answers[tag]["score"] == QUOTING[tag][1]
+    stored, _ = rows(tmp_path)
+    built = [parse_store(s.to_dict(), make_context("store", "store"))[0][1] for s in stored]
+    assert len(stored) == 2 and not [b for b in built if isinstance(b, Reject)], built
+    assert sorted(b.score for b in built) == [2, 5]

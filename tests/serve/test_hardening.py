@@ -245,3 +245,44 @@ def test_compare_without_completion_never_reads_the_prompt():
     engine = ScriptedEngine(texts=["Both answers are fine."], complete=False)
     d = _compare(engine, "5. [RESULT] A")
     assert d["winner"] is None and d["votes"] == [None] * 3 and d["samples"] is None
+
+
+# -- 8. every echoed field is bounded (issue 18, finding 13) -----------------------------------
+
+BIG = "x" * 1_000_000
+
+
+@pytest.mark.parametrize("patch,field", [
+    ({"adapter": BIG}, "adapter"),                                     # was a 1,000,106-byte 422
+    ({"rubric": {"criteria": "c", BIG: "d"}}, "rubric"),               # an unknown rubric key
+    ({"rubric": {"criteria": BIG}}, "criteria"),                       # rubric texts: max_input_chars
+    ({"rubric": {"criteria": "c", "score1_description": BIG}}, "score1_description"),
+    ({BIG: 1}, "body"),                                                # an unknown field's name
+    ({"rubric": BIG}, "rubric"),                                       # no such preset
+])
+def test_422_bodies_never_echo_a_huge_input(client, patch, field):
+    r = client.post("/v1/grade", json={**BODY, **patch}, headers=AUTH)
+    assert r.status_code == 422 and len(r.content) < 2000, (r.status_code, len(r.content), r.text[:300])
+    assert field in r.text
+
+
+def test_422_lists_a_bounded_number_of_errors(client):
+    r = client.post("/v1/grade/batch", json={"items": [1] * 200_000}, headers=AUTH)
+    assert r.status_code == 422 and len(r.content) < 10_000, len(r.content)
+    assert "more errors" in r.json()["detail"][-1]["msg"]
+
+
+def test_unknown_adapter_of_the_maximum_length_is_bounded_too(client):
+    r = client.post("/v1/compare", json={"instruction": "i", "response_a": "a", "response_b": "b",
+                                         "rubric": "helpfulness", "adapter": "y" * 256}, headers=AUTH)
+    assert r.status_code == 422 and "unknown adapter" in r.text and len(r.content) < 1000, r.text
+
+
+def test_415_does_not_echo_a_huge_content_type(client):
+    r = client.post("/v1/grade", content=_raw(BODY), headers={**AUTH, "content-type": "text/" + "p" * 20_000})
+    assert r.status_code == 415 and len(r.content) < 500, len(r.content)
+
+
+def test_too_many_headers_are_431_before_auth(client):
+    r = client.get("/v1/models", headers={f"x-h{i}": "v" for i in range(150)})
+    assert r.status_code == 431 and "header fields" in r.json()["detail"]
