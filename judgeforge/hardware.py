@@ -119,25 +119,26 @@ class Choice:
 def engine_dtype(requested: str, cpu: CPUInfo, *, gpu: bool = False) -> Choice:
     """Weights/compute dtype for an inference engine. `auto` on a GPU stays `auto` (the framework
     reads the model's dtype); on a CPU it is bfloat16 only with native bf16 arithmetic."""
-    if requested != "auto":
-        return Choice(requested, "set explicitly")
-    if gpu:
-        return Choice("auto", "GPU: the model's own dtype")
-    if cpu.native_bf16:
-        return Choice("bfloat16", f"CPU with native bf16 ({_bf16_flag(cpu)}): bfloat16")
-    return Choice("float32", f"CPU without {_missing_bf16(cpu)}: float32")
+    return _bf16_rule(requested, cpu, gpu, on_gpu=Choice("auto", "GPU: the model's own dtype"),
+                      bf16="bfloat16", fp32="float32", what="bfloat16")
 
 
 def train_precision(requested: str, cpu: CPUInfo, *, gpu: bool = False) -> Choice:
     """Mixed precision for training: bf16 on GPUs; on a CPU bf16 autocast only with native bf16
     (emulated bf16 matmuls are slower than fp32), else fp32."""
+    return _bf16_rule(requested, cpu, gpu, on_gpu=Choice("bf16", "GPU: bf16"), bf16="bf16", fp32="fp32",
+                      what="bf16 autocast")
+
+
+def _bf16_rule(requested: str, cpu: CPUInfo, gpu: bool, *, on_gpu: Choice, bf16: str, fp32: str,
+               what: str) -> Choice:
     if requested != "auto":
         return Choice(requested, "set explicitly")
     if gpu:
-        return Choice("bf16", "GPU: bf16")
+        return on_gpu
     if cpu.native_bf16:
-        return Choice("bf16", f"CPU with native bf16 ({_bf16_flag(cpu)}): bf16 autocast")
-    return Choice("fp32", f"CPU without {_missing_bf16(cpu)}: fp32")
+        return Choice(bf16, f"CPU with native bf16 ({_bf16_flag(cpu)}): {what}")
+    return Choice(fp32, f"CPU without {_missing_bf16(cpu)}: {fp32}")
 
 
 def reserved_cores(requested: int | None, cpu: CPUInfo) -> int:

@@ -46,12 +46,6 @@ def teacher_server(judgments):
     fake.stop()
 
 
-@pytest.fixture
-def teacher(teacher_server, monkeypatch):
-    monkeypatch.delenv("JUDGEFORGE_API_KEY", raising=False)
-    teacher_server.mode, teacher_server.calls = "ok", 0
-    return teacher_server
-
 
 def body(tag: str, **kw) -> dict:
     return {"instruction": f"{tag} Write a limerick about the outline.", "response": "A limerick.",

@@ -37,12 +37,6 @@ def teacher_server():
     fake.stop()
 
 
-@pytest.fixture
-def teacher(teacher_server, monkeypatch):
-    monkeypatch.delenv("JUDGEFORGE_API_KEY", raising=False)
-    teacher_server.mode, teacher_server.calls = "ok", 0
-    return teacher_server
-
 
 def body(tag: str) -> dict:
     return {"instruction": f"{tag} Explain the result.", "response": "It is 3.", "rubric": "helpfulness", "n": 1}
