@@ -19,6 +19,8 @@ Parts:
 - dtype: `dtype: bfloat16` against `float32` (what `auto` chooses depends on the CPU's bf16 support);
 - start: compile warm-up with the persistent compile cache warm (the default), with a cold cache
   (a fresh TORCHINDUCTOR_CACHE_DIR: a new machine's first start), and `enforce_eager`;
+- sampler: top-p sampling by vLLM's full-vocabulary sort against judgeforge's partial selection
+  (judge/engines/vllm_cpu_sampler.py, `JUDGEFORGE_CPU_TOP_P=off|on`);
 - limit: the engine's achieved FLOP/s (tokens/s x FLOPs per token from the model's config) against a
   torch GEMM at the engine's dtype on all cores, measured in this process in the same invocation: a
   CPU analogue of MFU.
@@ -42,10 +44,13 @@ ARMS = {
     "start": {"compile (warm cache)": {}, "compile (cold cache)": {"cold": True},
               "enforce_eager": {"enforce_eager": True}},
     "limit": {"auto": {}},
+    "sampler": {"top-p: vLLM's full sort": {"env": {"JUDGEFORGE_CPU_TOP_P": "off"}},
+                "top-p: partial selection (judgeforge plugin)": {"env": {"JUDGEFORGE_CPU_TOP_P": "on"}}},
 }
 TITLES = {"dtype": "judge core: engine dtype on this CPU (bf16 vs float32)",
           "start": "judge core: engine start (compile warm-up vs eager)",
-          "limit": "judge core: engine throughput against the matmul peak"}
+          "limit": "judge core: engine throughput against the matmul peak",
+          "sampler": "judge core: top-p sampling on CPU (vLLM's sort vs partial selection)"}
 
 
 # --- child: one engine, one arm ----------------------------------------------------------------
@@ -87,7 +92,7 @@ def _phase(eng, judge, items) -> dict:
 
 # --- parent --------------------------------------------------------------------------------
 def run_arm(a, name: str, arm: dict, logdir: Path) -> dict:
-    env = {"JUDGEFORGE_PROGRESS_INTERVAL": "3600"}
+    env = {"JUDGEFORGE_PROGRESS_INTERVAL": "3600", **arm.get("env", {})}
     if arm.get("cold"):
         env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-cold-")
     log = logdir / f"{name.replace(' ', '_').replace('(', '').replace(')', '')}-{time.time():.0f}.log"
@@ -101,6 +106,7 @@ def gemm_peak(dtype: str, size: int = 2048, repeats: int = 5) -> float:
     """Best GFLOP/s of a square torch matmul at `dtype` on all cores (this process)."""
     import torch
 
+    torch.set_num_threads(len(os.sched_getaffinity(0)))  # all cores, as the engine's worker uses them
     dt = getattr(torch, dtype)
     x, y = torch.randn(size, size, dtype=dt), torch.randn(size, size, dtype=dt)
     torch.mm(x, y)
