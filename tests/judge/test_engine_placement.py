@@ -14,31 +14,37 @@ import json, os, sys
 from pathlib import Path
 
 def pinned(pid):
-    # cores each thread of `pid` is pinned to, for threads restricted to fewer than all cores
-    out, every = [], set(os.sched_getaffinity(0))
+    # the cores vLLM bound the worker's OpenMP threads to (OMP_PLACES with OMP_PROC_BIND), and the cores
+    # any of its threads is restricted to: none for an unbound worker
+    env = dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in kv)
+    cores = set()
+    if env.get("OMP_PROC_BIND") == "true":
+        cores |= {int(c) for c in env.get("OMP_PLACES", "").strip("{}").split(",") if c}
+    every = set(os.sched_getaffinity(0))
     for status in Path(f"/proc/{pid}/task").glob("*/status"):
         line = next(l for l in status.read_text().splitlines() if l.startswith("Cpus_allowed_list"))
-        cores = set()
+        allowed = set()
         for part in line.split(":")[1].strip().split(","):
             lo, _, hi = part.partition("-")
-            cores |= set(range(int(lo), int(hi or lo) + 1))
-        if cores != every:
-            out.append(sorted(cores))
-    return out
+            allowed |= set(range(int(lo), int(hi or lo) + 1))
+        if allowed != every:
+            cores |= allowed
+    return sorted(cores)
 
 if __name__ == "__main__":
     import psutil
     from judgeforge.judge.config import EngineConfig, SamplingConfig
     from judgeforge.judge.engines import build_engine
+    from judgeforge.data.templates import rubric_preset
     from judgeforge.judge.items import GradeItem
     from judgeforge.judge.judge import Judge
 
     cfg = EngineConfig(kind="vllm", model=sys.argv[1], kv_cache_gb=1, max_model_len=2048)
     with build_engine(cfg) as eng:
-        g = Judge(eng, SamplingConfig(n=1, feedback=False)).grade([GradeItem("Say hi.", "Hi!", "helpfulness")])[0]
+        g = Judge(eng, SamplingConfig(n=1, feedback=False)).grade([GradeItem("Say hi.", "Hi!", rubric_preset("helpfulness"))])[0]
         workers = [p for p in psutil.Process().children(recursive=True) if "Worker" in " ".join(p.cmdline())]
         print("RESULT " + json.dumps({"bind": os.environ["VLLM_CPU_OMP_THREADS_BIND"], "score": g.score,
-                                      "pinned": [c for w in workers for c in pinned(w.pid)]}), flush=True)
+                                      "pinned": [pinned(w.pid) for w in workers]}), flush=True)
         sys.stdin.read()  # hold the engine (and its lease) until the test has both answers
 """
 
