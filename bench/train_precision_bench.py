@@ -66,6 +66,8 @@ TITLE = "Training precision on CPU"
 
 
 def render(a, fp32: float, bf16: float, out: dict, command: str) -> str:
+    import _common as C
+
     from judgeforge import hardware as hw
 
     auto = hw.train_precision("auto", hw.cpu_info())
