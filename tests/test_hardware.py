@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,23 @@ def test_leases_of_concurrent_processes_are_disjoint(tmp_path):
     assert (b.cores, b.env) == (tuple(range(8)), "auto") and path.is_file()
     hw.CoreLeases.release(path)
     assert not path.exists()
+
+
+def test_engine_environment_tells_an_inherited_choice_from_a_users(tmp_path, monkeypatch):
+    """A binding judgeforge set (in this process or a parent) is re-decided; a user's is kept."""
+    pytest.importorskip("vllm")
+    from judgeforge.judge.config import EngineConfig
+    from judgeforge.judge.engines.vllm import apply_cpu_environment
+
+    monkeypatch.setenv("JUDGEFORGE_HOME", str(tmp_path))
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "auto")
+    monkeypatch.setenv("JUDGEFORGE_CPU_BIND", "auto")  # inherited from a parent's engine
+    cfg = EngineConfig(kind="vllm")
+    first = apply_cpu_environment(cfg)
+    assert first is not None and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "auto"  # alone: re-decided, auto
+    second = apply_cpu_environment(cfg)  # the first lease is live (this process)
+    assert second is not None and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    for lease in (first, second):
+        hw.CoreLeases.release(lease)
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")  # the user's own choice
+    assert apply_cpu_environment(cfg) is None and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0"

@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 
 _BIND = "VLLM_CPU_OMP_THREADS_BIND"
-_ours: dict[str, str] = {}  # what this process last set itself (a later engine may replace it)
+_MARK = "JUDGEFORGE_CPU_BIND"  # what judgeforge itself last set: inherited by child processes too, so a
+# child's engine tells an inherited choice of ours from a user's explicit setting
 
 
 def apply_cpu_environment(cfg):
@@ -60,7 +61,7 @@ def apply_cpu_environment(cfg):
     cpu = hw.cpu_info()
     if cfg.cpu_reserved_cores is not None or "VLLM_CPU_NUM_OF_RESERVED_CPU" not in os.environ:
         os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(hw.reserved_cores(cfg.cpu_reserved_cores, cpu))
-    user_bind = os.environ.get(_BIND) if os.environ.get(_BIND) != _ours.get(_BIND) else None
+    user_bind = os.environ.get(_BIND) if os.environ.get(_BIND) != os.environ.get(_MARK) else None
     if cfg.cpu_threads_bind is not None or user_bind is not None:
         bind, lease = cfg.cpu_threads_bind or user_bind, None
         log.info("vLLM-cpu thread binding: %s (set explicitly)", bind)
@@ -68,7 +69,7 @@ def apply_cpu_environment(cfg):
         lease, binding = hw.CoreLeases().acquire(cpu.cpus)
         bind = binding.env
         log.info("vLLM-cpu thread binding: %s (%s)", bind, binding.reason)
-    os.environ[_BIND] = _ours[_BIND] = bind
+    os.environ[_BIND] = os.environ[_MARK] = bind
     return lease
 
 

@@ -57,6 +57,8 @@ def test_two_engines_started_together_never_share_a_pinned_core(default_model_di
 
     # A lease directory of their own (no other engine of the test session counts), the usual
     # compile cache (a cold one costs minutes).
+    # An engine built earlier in this process left its own (marked) binding in the environment: the
+    # children must still decide for themselves.
     env = {**os.environ, "JUDGEFORGE_HOME": str(tmp_path),
            "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "compile" / "inductor"))}
     procs = [subprocess.Popen([sys.executable, "-c", ENGINE, str(default_model_dir)], stdin=subprocess.PIPE,
