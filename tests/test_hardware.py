@@ -136,6 +136,13 @@ def test_engine_environment_tells_an_inherited_choice_from_a_users(tmp_path, mon
     from judgeforge.judge.config import EngineConfig
     from judgeforge.judge.engines.vllm import apply_cpu_environment
 
+    from judgeforge.models import cache_dir
+
+    # Everything apply_cpu_environment writes is restored after the test (later engines of the suite).
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR",
+                       os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "compile" / "inductor")))
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0"))
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
     monkeypatch.setenv("JUDGEFORGE_HOME", str(tmp_path))
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "auto")
     monkeypatch.setenv("JUDGEFORGE_CPU_BIND", "auto")  # inherited from a parent's engine
