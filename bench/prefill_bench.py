@@ -70,8 +70,10 @@ def child(a) -> None:
     units = [Unit("mt_bench", "absolute", "item", str(i), it, {"ref": it.gpt4}) for i, it in enumerate(items)]
     kw = {"sampled": False} if a.arm == "score-only only" else {}
     sampling = SamplingConfig(max_tokens=a.max_tokens, score_only=True, **kw)
+    # float32 on every arm: what `dtype: auto` resolves to on a CPU without native bf16 today, while
+    # the earlier commit's `auto` meant bf16 there (5x slower); the prefill count does not depend on it.
     with build_engine(EngineConfig(kind="vllm", model="default-judge", max_model_len=4096,
-                                   kv_cache_gb=a.kv_gb)) as eng:
+                                   kv_cache_gb=a.kv_gb, dtype="float32")) as eng:
         from judgeforge.judge.engines import prompt_token_ids
 
         prompt = sum(len(prompt_token_ids(eng.tokenizer, u.item.messages())) for u in units)
