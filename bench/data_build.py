@@ -29,7 +29,8 @@ from judgeforge.data.config import BuildConfig
 from judgeforge.data.ingest import default_workers
 from judgeforge.data.records import Spool
 
-REPO = Path(__file__).resolve().parents[1]
+import _common as C
+from _common import REPO
 VENDOR = REPO / "data" / "vendor"
 RESP = "\n\n###Response to evaluate:\n"
 
@@ -233,27 +234,10 @@ def section(res: dict, cmd: str) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str, path: Path = REPO / "bench" / "RESULTS.md") -> None:
-    """Replace (or append) only the `## data` section."""
-    old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    out, skipping = [], False
-    for line in old.splitlines():
-        if line.startswith("## "):
-            skipping = line.strip() == "## data"
-            if skipping:
-                continue
-        if not skipping:
-            out.append(line)
-    body = "\n".join(out).rstrip() + "\n\n" + text
-    from judgeforge.io import atomic_write_text
-
-    atomic_write_text(path, body.rstrip() + "\n")
-
-
 def rewrite(json_path: str) -> None:
     """Re-render the section from a saved result (the JSON this script prints on stderr)."""
     res = json.loads(Path(json_path).read_text())
-    write_section(section(res, "python bench/data_build.py"))
+    C.write_section("data", section(res, "python bench/data_build.py"))
 
 
 def main() -> None:
@@ -275,7 +259,7 @@ def main() -> None:
     print(text)
     print(json.dumps(res, indent=1), file=sys.stderr)
     if args.write_results:
-        write_section(text)
+        C.write_section("data", text)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@
     python bench/distill_vs_sft.py table                  # markdown, from runs/distill/summary.json
 
 Both arms continue the shipped default judge (judgeforge/default_judge; round 2 when the committed results
-were made, round 3 since) for one continual round on the same window of configs/data/embedded-judge.yaml's
-shuffled train split (the records after the shipped judge's last window), with the same recipe (configs/train/embedded-judge.yaml):
+were made, round 3 since) for one continual round, `judgeforge train --continue judgeforge/default_judge`: the
+same window of configs/data/embedded-judge.yaml's shuffled train split (the one after the shipped judge's last
+window, train/rounds.py), with the same recipe (configs/train/embedded-judge.yaml):
 - sft: the recipe as it is;
 - distill: the recipe plus the RankNet loss on the judge's expected scores of the AlpacaEval GPT-4
   preference pairs of configs/data/alpaca-eval.yaml's train split (`--set` adds overrides).
@@ -29,19 +30,14 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning_curve as lc  # noqa: E402  (the timed, resumable step runner)
+from judgeforge.eval.metrics_file import SCORE_ONLY, Metrics  # noqa: E402
 
 ROOT = lc.REPO / "runs" / "distill"
 RESULTS = lc.REPO / "bench" / "results" / "distill_vs_sft"
 EVAL_CFG = lc.REPO / "configs" / "eval" / "distill.yaml"
 START = "judgeforge/default_judge"
-
-
-def next_offset() -> int:
-    """The first record of the build's shuffle after the shipped judge's last round (its saved train
-    config's window), so a rerun never trains on records the start already saw."""
-    src = yaml.safe_load((lc.REPO / START / "config.yaml").read_text())["data"]["sources"][0]
-    return int(src.get("offset", 0)) + int(src["limit"])
-
+"""The adapter both arms continue: `--continue` trains on the window after its last one, so a rerun
+never trains on records the start already saw."""
 
 DISTILL = {"enabled": True, "weight": 1.0, "sources": ["runs/data/alpaca-eval"], "scale": [1, 5],
            "sigma": 1.0, "ties": "skip", "batch_pairs": 1}
@@ -51,26 +47,18 @@ ARMS = ("sft", "distill")
 log = logging.getLogger("distill_vs_sft")
 
 
-def ensure_builds() -> None:
-    for out, config in BUILDS.items():
-        if not (lc.REPO / out / "manifest.json").is_file():
-            lc.timed([*lc.JF, "data", "build", "--config", config, "progress=false"], ROOT / "cost.json",
-                     f"build:{Path(out).name}")
-
-
 def train_arm(arm: str, records: int, sets: list[str]) -> Path:
     adir = ROOT / arm
     cfg = yaml.safe_load(lc.TRAIN_CFG.read_text())
     cfg["out"] = str(adir / "train")
-    cfg["data"]["sources"][0].update(offset=next_offset(), limit=records)
-    cfg["model"]["adapter"] = START
+    cfg["data"]["sources"][0]["limit"] = records
     cfg["tracking"]["run_name"] = f"distill-vs-sft-{arm}-train"
     if arm == "distill":
         cfg["distill"] = dict(DISTILL)
         for s in sets:
             key, value = s.split("=", 1)
             lc.set_dotted(cfg, key, yaml.safe_load(value))
-    lc.train_once(adir, cfg)
+    lc.train_once(adir, cfg, continue_from=START)
     return adir / "train"
 
 
@@ -84,7 +72,7 @@ def compare(a: str, b: str) -> None:
 
 def run(args) -> None:
     ROOT.mkdir(parents=True, exist_ok=True)
-    ensure_builds()
+    lc.ensure_builds(BUILDS, ROOT / "cost.json")
     adapters = {arm: train_arm(arm, args.records, args.set) for arm in ARMS}  # the long part first
     lc.eval_round("start", None, ROOT / "start" / "eval", ROOT / "start" / "cost.json", [], config=EVAL_CFG)
     for arm, adapter in adapters.items():
@@ -98,7 +86,7 @@ def run(args) -> None:
         (d / "table.md").write_text(table(summ))
 
 
-VARIANT = "score_only"
+VARIANT = SCORE_ONLY
 """The score the served score-only judge gives: E[score] over the scale, read after `[RESULT] `."""
 SETS = (("heldout", "GPT-4 Pearson, 160 held-out MT-Bench items"), ("hhh", "HHH human agreement, 221 pairs"),
         ("alpaca_heldout", "AlpacaEval held-out GPT-4 agreement, 49 pairs"))
@@ -106,15 +94,15 @@ SETS = (("heldout", "GPT-4 Pearson, 160 held-out MT-Bench items"), ("hhh", "HHH 
 
 def _headline(eval_dir: Path) -> dict:
     """Per set: the score-only metric with its interval (Pearson, or pairwise agreement on decisive pairs)."""
-    m = json.loads((eval_dir / "metrics.json").read_text())
+    m = Metrics.load(eval_dir)
+    judge = m.judges[0]
     out = {}
-    for s, r in m["results"][m["meta"]["judges"][0]].items():
-        if "absolute" in r and VARIANT in r["absolute"]:  # a pairwise set, both sides graded absolutely
-            a = r["absolute"][VARIANT]
+    for s in m.results(judge):
+        if a := m.result(judge, s, VARIANT, mode="absolute"):  # a pairwise set, both sides graded absolutely
             out[s] = {"metric": "accuracy", "value": a["accuracy"], "lo": a["lo"], "hi": a["hi"],
                       "n": a["n_decisive"], "judge_ties": a["judge_ties"]}
-        elif VARIANT in r:
-            c = r[VARIANT]["correlation"]
+        elif r := m.result(judge, s, VARIANT):
+            c = r["correlation"]
             out[s] = {"metric": "pearson", **c["pearson"], "n": c["n"]}
     return out
 

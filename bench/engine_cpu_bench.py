@@ -122,7 +122,7 @@ def flops_per_token(context: int) -> dict:
     """FLOPs per token of the default judge from its config: 2 x the weights a token passes through
     (prefill: no lm_head, vLLM computes logits of the last position only; decode: with lm_head), plus
     attention over `context` tokens (QK^T and AV: 4 x layers x heads x head_dim x context)."""
-    from judgeforge.models import resolve_model
+    from judgeforge.judge.weights import resolve_model
 
     c = json.loads((Path(resolve_model("default")) / "config.json").read_text())
     d, layers, ffn, vocab = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], c["vocab_size"]

@@ -14,19 +14,18 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import re
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import _common as C
+from _common import REPO
 
 
 def _requests(n_prompts: int, n: int, max_tokens: int):
     from judgeforge.eval.sets import load_prometheus_absolute, subset
     from judgeforge.judge.engines import SampleRequest
 
-    items, _ = load_prometheus_absolute(str(ROOT / "data/vendor/prometheus-eval/vicuna_eval.json"), "vicuna")
+    items, _ = load_prometheus_absolute(str(REPO / "data/vendor/prometheus-eval/vicuna_eval.json"), "vicuna")
     # choices: the item's scale; complete=True (the default): every sample's score is completed
     # with `[RESULT] `, as `judgeforge eval` grades.
     return [SampleRequest(messages=it.messages(), n=n, max_tokens=max_tokens, temperature=1.0, top_p=0.9,
@@ -83,16 +82,6 @@ def section(r: dict, command: str) -> str:
         "gains little; the batch gain is in decoding the 3 samples of many prompts together.", ""])
 
 
-def write_section(text: str, path: Path = ROOT / "bench" / "RESULTS.md") -> None:
-    """Create or replace only the `## eval` section of RESULTS.md."""
-    from judgeforge.io import atomic_write_text
-
-    old = path.read_text() if path.is_file() else "# Benchmark results\n\n"
-    pattern = re.compile(r"^## eval\n.*?(?=^## |\Z)", re.S | re.M)
-    new = pattern.sub(lambda _: text + "\n", old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
-    atomic_write_text(path, new.rstrip("\n") + "\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--prompts", type=int, default=8)
@@ -107,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     text = section(r, command.strip())
     print(text)
     if args.write:
-        write_section(text)
+        C.write_section("eval", text)
     return 0
 
 

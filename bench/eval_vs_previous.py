@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _common import REPO
 STAGES = ("data", "train", "eval", "serve", "judge")
 
 

@@ -5,15 +5,17 @@
     python bench/learning_curve.py table --arms score,feedback       # markdown, from curve.json files
     python bench/learning_curve.py plot --arms score --out docs/img/learning_curve.png
 
-`run`: round 0 is the base judge (shared by every arm); round k trains
-`configs/train/embedded-judge.yaml` (plus the arm's `--set` overrides) on the next window of
-the build's fixed seeded shuffle (offset = the records earlier rounds took), continuing round
-k-1's adapter, then evaluates it with `configs/eval/embedded-judge.yaml` and compares it with
+`run`: round 0 is the base judge (shared by every arm); round 1 trains
+`configs/train/embedded-judge.yaml` (plus the arm's `--set` overrides) on the first window of the
+build's fixed seeded shuffle, and round k `judgeforge train --continue`s round k-1's adapter (the
+next window of the build, as the adapter's judgeforge.json records it: train/rounds.py). Each
+round is evaluated with `configs/eval/embedded-judge.yaml` and compared with
 the base (`judgeforge eval compare`: paired bootstrap intervals on the same items). Each step is
 a judgeforge subprocess; its CPU seconds (user + sys of it and its children) and wall time are
 recorded in the round's cost.json. A rerun resumes: finished steps are skipped, and a killed
 training continues from its last checkpoint (that attempt's CPU time is lost from the record,
-which cost.json then says). Everything lands in runs/curve/<arm>/.
+which cost.json then says). Everything lands in runs/curve/<arm>/; `table` and `plot` read its
+curve.json, or the committed bench/results/learning_curve/<arm>-curve.json where runs/ has none.
 """
 
 from __future__ import annotations
@@ -29,13 +31,18 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from _common import REPO
+from judgeforge.eval.metrics_file import EXPECTED, SCORE_ONLY, Metrics
+
 ROOT = REPO / "runs" / "curve"
+RESULTS = REPO / "bench" / "results" / "learning_curve"
 TRAIN_CFG = REPO / "configs" / "train" / "embedded-judge.yaml"
 EVAL_CFG = REPO / "configs" / "eval" / "embedded-judge.yaml"
 BIAS_CFG = REPO / "configs" / "eval" / "embedded-judge-bias.yaml"
 JF = [sys.executable, "-m", "judgeforge.cli"]
-VARIANTS = ("n1", "n3", "expected", "score_only")
+VARIANTS = ("n1", "n3", EXPECTED, SCORE_ONLY)
+BUILDS = {"runs/data/embedded-judge": "configs/data/embedded-judge.yaml"}
+"""The data builds the rounds train on (out dir -> `judgeforge data build` config)."""
 log = logging.getLogger("learning_curve")
 
 
@@ -69,6 +76,15 @@ def timed(cmd: list[str], cost_file: Path, step: str) -> None:
         raise SystemExit(f"{step} failed (exit {rc}): {' '.join(cmd)}")
 
 
+def ensure_builds(builds: dict[str, str], cost: Path) -> None:
+    """Build each data build that is not there yet (builds are byte-identical, so a rebuild is the same)."""
+    for out, config in builds.items():
+        if not (REPO / out / "manifest.json").is_file():
+            cost.parent.mkdir(parents=True, exist_ok=True)
+            timed([*JF, "data", "build", "--config", config, "--out", out, "progress=false"], cost,
+                  f"build:{Path(out).name}")
+
+
 def eval_round(name: str, adapter: Path | None, out: Path, cost: Path, extra: list[str],
                config: Path = EVAL_CFG) -> None:
     if (out / "metrics.json").is_file():
@@ -84,38 +100,38 @@ def eval_round(name: str, adapter: Path | None, out: Path, cost: Path, extra: li
     timed([*JF, "eval", "--config", str(path), *extra], cost, out.name)
 
 
-def train_round(arm_dir: Path, k: int, offset: int, size: int, sets: list[str]) -> Path:
+def train_round(arm_dir: Path, k: int, size: int, sets: list[str]) -> Path:
+    """Round k on `size` records: round 1 on the build's first window, round k the next after k-1."""
     rdir = arm_dir / f"r{k}"
     cfg = yaml.safe_load(TRAIN_CFG.read_text())
     for s in sets:
         key, value = s.split("=", 1)
         set_dotted(cfg, key, yaml.safe_load(value))
     cfg["out"] = str(rdir / "train")
-    src = cfg["data"]["sources"][0]
-    src["offset"], src["limit"] = offset, size
-    cfg["model"]["adapter"] = str(arm_dir / f"r{k - 1}" / "train") if k > 1 else None
+    cfg["data"]["sources"][0].update(offset=0, limit=size)
     cfg["tracking"]["run_name"] = f"{arm_dir.name}-r{k}-train"
-    train_once(rdir, cfg)
+    train_once(rdir, cfg, continue_from=arm_dir / f"r{k - 1}" / "train" if k > 1 else None)
     return rdir
 
 
-def train_once(rdir: Path, cfg: dict) -> None:
-    """Write rdir/train.yaml and train it, unless its adapter is already there (a killed run resumes)."""
+def train_once(rdir: Path, cfg: dict, continue_from: str | Path | None = None) -> None:
+    """Write rdir/train.yaml and train it (`--continue` the given adapter), unless its adapter is already
+    there (a killed run resumes)."""
     rdir.mkdir(parents=True, exist_ok=True)
     path = rdir / "train.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    more = ["--continue", str(continue_from)] if continue_from else []
     if not (rdir / "train" / "adapter" / "judgeforge.json").is_file():
-        timed([*JF, "train", "--config", str(path)], rdir / "cost.json", "train")
+        timed([*JF, "train", "--config", str(path), *more], rdir / "cost.json", "train")
 
 
 def run(args) -> None:
     base = ROOT / "base"
+    ensure_builds(BUILDS, ROOT / "cost.json")
     eval_round("base", None, base / "eval", base / "cost.json", [])
     arm_dir = ROOT / args.arm
-    offset = 0
     for k, size in enumerate(args.rounds, start=1):
-        rdir = train_round(arm_dir, k, offset, size, args.set)
-        offset += size
+        rdir = train_round(arm_dir, k, size, args.set)
         eval_round(f"{args.arm}-r{k}", rdir / "train", rdir / "eval", rdir / "cost.json", args.eval_set)
         if not (rdir / "compare.json").is_file():
             timed([*JF, "eval", "compare", str(base / "eval"), str(rdir / "eval"), "--out",
@@ -132,15 +148,15 @@ def bias(args) -> None:
 
 
 def _metrics(eval_dir: Path) -> dict:
-    m = json.loads((eval_dir / "metrics.json").read_text())
-    judge = m["meta"]["judges"][0]
+    m = Metrics.load(eval_dir)
+    judge = m.judges[0]
     out = {}
-    for s, res in m["results"][judge].items():
+    for s, res in m.results(judge).items():
         out[s] = {v: {c: res[v]["correlation"][c] for c in ("pearson", "spearman", "kendall")}
                   | {"no_score_rate": res[v].get("parse_failure_rate"), "n": res[v]["correlation"]["n"]}
                   for v in VARIANTS if v in res}
-        out[s]["length_only"] = m["reference"].get(s, {}).get("length_only", {}).get("r")
-        out[s]["ceiling"] = m["reference"].get(s, {}).get("ceiling", {}).get("pearson")
+        out[s]["length_only"] = m.reference(s).get("length_only", {}).get("r")
+        out[s]["ceiling"] = m.reference(s).get("ceiling", {}).get("pearson")
     return out
 
 
@@ -160,12 +176,28 @@ def write_curve(arm_dir: Path) -> dict:
                        "eval_cpu_min": round(cost["eval"]["cpu_s"] / 60, 1),
                        "train_wall_min": round(cost["train"]["wall_s"] / 60, 1),
                        "dropped_overlong": len(data["dropped_overlong"]["train"]),
-                       "train_config": yaml.safe_load((rdir / "train.yaml").read_text()),
+                       "train_config": _train_config(rdir),
                        "metrics": _metrics(rdir / "eval"),
                        "vs_base": json.loads((rdir / "compare.json").read_text())})
     curve = {"arm": arm_dir.name, "rounds": rounds}
     (arm_dir / "curve.json").write_text(json.dumps(curve, indent=1))
     return curve
+
+
+def _train_config(rdir: Path) -> dict:
+    """The round's resolved config (its window and adapter as `--continue` decided them), else its recipe."""
+    resolved = rdir / "train" / "config.yaml"
+    return yaml.safe_load((resolved if resolved.is_file() else rdir / "train.yaml").read_text())
+
+
+def load_curve(arm: str) -> dict:
+    """The arm's curve.json from runs/curve, else the committed one in bench/results/learning_curve."""
+    for path in (ROOT / arm / "curve.json", RESULTS / f"{arm}-curve.json"):
+        if path.is_file():
+            log.info("curve of %s: %s", arm, path)
+            return json.loads(path.read_text())
+    raise SystemExit(f"no curve for arm {arm!r}: neither {ROOT / arm / 'curve.json'} nor "
+                     f"{RESULTS / (arm + '-curve.json')} exists (run `learning_curve.py run --arm {arm}` first)")
 
 
 def _f(x) -> str:
@@ -182,7 +214,7 @@ def table(args) -> str:
             "Δ Pearson vs base [paired CI]", "no-score", f"forgetting: {args.forgetting} Δ Pearson [CI]"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arm in args.arms:
-        curve = json.loads((ROOT / arm / "curve.json").read_text())
+        curve = load_curve(arm)
         for r in curve["rounds"]:
             if r["round"] == 0 and arm != args.arms[0]:
                 continue
@@ -212,7 +244,7 @@ def plot(args) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for arm in args.arms:
-        rounds = json.loads((ROOT / arm / "curve.json").read_text())["rounds"]
+        rounds = load_curve(arm)["rounds"]
         for ax, x in zip(axes, ("records", "cpu_min")):
             for v in args.variants:
                 pts = [(r[x], r["metrics"][args.set].get(v, {}).get("pearson") or {}) for r in rounds]
@@ -221,7 +253,7 @@ def plot(args) -> None:
                 ys = [p["value"] for _, p in pts]
                 err = [[p["value"] - p["lo"] for _, p in pts], [p["hi"] - p["value"] for _, p in pts]]
                 ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=f"{arm} {v}")
-    length = json.loads((ROOT / args.arms[0] / "curve.json").read_text())["rounds"][0]["metrics"][args.set]["length_only"]
+    length = load_curve(args.arms[0])["rounds"][0]["metrics"][args.set]["length_only"]
     for ax, label in zip(axes, ("training records (cumulative)", "training CPU-minutes (cumulative, 2 cores)")):
         ax.axhline(length, ls="--", c="grey", label="response length alone")
         ax.axhline(0, c="black", lw=0.5)
@@ -247,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--round", type=int, required=True)
     for name in ("table", "plot"):
         q = sub.add_parser(name)
-        q.add_argument("--arms", type=lambda s: s.split(","), required=True)
+        q.add_argument("--arms", type=lambda s: s.split(","), default=["score"])
         q.add_argument("--set", default="heldout")
         q.add_argument("--variant", default="score_only")
         q.add_argument("--variants", type=lambda s: s.split(","), default=["score_only"])

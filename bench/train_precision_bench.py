@@ -20,7 +20,7 @@ def step_seconds(dtype_name: str, autocast: bool, length: int, steps: int) -> fl
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from judgeforge.models import resolve_model
+    from judgeforge.judge.weights import resolve_model
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(resolve_model("default"), dtype=getattr(torch, dtype_name))

@@ -3,7 +3,7 @@
 A store in use is more than its main file: its newest rows are in `SRC-wal` until SQLite checkpoints
 them, so `cp SRC DST` alone loses them (the server and the builder then refuse the copy by name). This
 copies with SQLite's online backup API instead: one consistent snapshot, WAL included, into a new 0600
-file that is quick_checked and never replaces an existing one (`cascade/store.py`, `backup`).
+file that is quick_checked and never replaces an existing one (`data/store.py`, `backup`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from judgeforge.cascade.store import StoreError, backup
+from judgeforge.data.store import StoreError, backup
 
 log = logging.getLogger(__name__)
 

@@ -11,15 +11,15 @@ held-out split of a data build through the judge core (judge.Judge via eval's `g
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
-from judgeforge.cascade.calibration import CalibrationError, agrees, calibrate
+from judgeforge.eval.calibration import CalibrationError, agrees, calibrate
 from judgeforge.cascade.config import CalibrateConfig
-from judgeforge.cascade.records import from_records
+from judgeforge.eval.cascade_inputs import from_records
+from judgeforge.eval.metrics_file import Metrics
 from judgeforge.config import ConfigError, command_parser, dump_config, load_config
-from judgeforge.data.templates import DEFAULT_SCALE, Scale
+from judgeforge.judge.prompts import DEFAULT_SCALE, Scale
 from judgeforge.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
 
 log = logging.getLogger(__name__)
@@ -37,11 +37,10 @@ def _pick(what: str, wanted: str | None, have: list[str]) -> str:
 
 def _scale(report_dir: Path, set_name: str, recs: list[dict]) -> Scale:
     """The set's scale from the report's metrics.json, else from the completed distributions."""
-    metrics = report_dir / "metrics.json"
-    if metrics.is_file():
-        for s in json.loads(metrics.read_text()).get("sets", []):
-            if s["name"] == set_name and s.get("scale"):
-                return Scale.parse(s["scale"])
+    if (report_dir / "metrics.json").is_file():
+        s = Metrics.load(report_dir).set(set_name)
+        if s and s.get("scale"):
+            return Scale.parse(s["scale"])
     keys = {int(k) for r in recs for smp in r["samples"] for k in (smp.get("probs") or {})}
     return Scale.parse([min(keys), max(keys)]) if keys else DEFAULT_SCALE
 

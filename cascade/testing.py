@@ -14,12 +14,15 @@ from pathlib import Path
 
 import numpy as np
 
+from judgeforge.judge.parsing import ParseResult
+from judgeforge.judge.scores import Judged
+
 
 def _sample(vote: int, conf: float, values: list[int]) -> dict:
     rest = (1.0 - conf) / (len(values) - 1)
     probs = {str(v): (conf if v == vote else rest) for v in values}
-    return {"text": f"Feedback. [RESULT] {vote}", "score": vote, "verdict": None, "reason": None,
-            "probs": probs, "finish_reason": "stop", "n_tokens": 5, "completion": None}
+    return Judged(ParseResult(score=vote, feedback="Feedback."), probs, f"Feedback. [RESULT] {vote}",
+                  finish_reason="stop", n_tokens=5).to_record()
 
 
 def synthetic_predictions(n: int, *, judge: str = "local", set_name: str = "heldout", seed: int = 0,
@@ -46,7 +49,7 @@ def synthetic_predictions(n: int, *, judge: str = "local", set_name: str = "held
 def store_record(i: int, *, teacher: bool = True, tag: str = "item", text_words: int = 60):
     """Item i's grading as a store record: about 1 KB of request text (so 400 rows span ~200 pages),
     escalated with the teacher's judgment when `teacher`."""
-    from judgeforge.cascade.store import LocalResult, Record, Request, TeacherResult
+    from judgeforge.data.store import LocalResult, Record, Request, TeacherResult
 
     req = Request("absolute", f"[{tag} {i}] Explain step {i}. " + "explain " * 20, (f"answer {i} " * text_words,),
                   {"criteria": "Is it helpful?"}, None, (1, 5))
@@ -57,7 +60,7 @@ def store_record(i: int, *, teacher: bool = True, tag: str = "item", text_words:
 
 def fill_store(path, n: int, **kw) -> None:
     """A judgment store of n gradings (`store_record`), closed cleanly."""
-    from judgeforge.cascade.store import JudgmentStore
+    from judgeforge.data.store import JudgmentStore
 
     with JudgmentStore(path) as store:
         for i in range(n):

@@ -34,7 +34,7 @@ from judgeforge.data.readers import Raw, open_source, open_store, resolve_path
 from judgeforge.data.records import Ref, Spool, SpoolWriter, compact
 from judgeforge.data.schema import Judgment
 from judgeforge.data.split import models_of, apply_policy, choose_test_models, seeded_fraction, split_records
-from judgeforge.data.templates import TEMPLATE_VERSION, Rubric
+from judgeforge.judge.prompts import TEMPLATE_VERSION, Rubric
 from judgeforge.data.validate import DUPLICATE, REASONS, Reject
 from judgeforge.io import atomic_dir, atomic_write_json, dumps_record, sha256_file, sha256_text
 

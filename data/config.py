@@ -19,7 +19,7 @@ FastChatPrompt = Literal["single-v1", "single-math-v1", "single-v1-multi-turn", 
 
 class SourceConfig(Config):
     """One input: a file (JSON list, JSONL, Parquet), a Hugging Face dataset id, or a judgment store
-    (`format: store`: the teacher judgments a serving replica kept, cascade/store.py)."""
+    (`format: store`: the teacher judgments a serving replica kept, data/store.py)."""
 
     path: str
     """File path or HF dataset id (loaded with `datasets.load_dataset` when no such file exists)."""
@@ -43,7 +43,7 @@ class SourceConfig(Config):
     `response_a`: instruction, response_a, response_b, verdict (A|B|tie, 1|2) required; feedback,
     reference_answer, criteria, response_model_a, response_model_b, judge_model, category optional."""
     rubric_preset: str | None = None
-    """jsonl, alpaca_eval: a named rubric (data.templates.RUBRIC_PRESETS) for records without one (pairwise
+    """jsonl, alpaca_eval: a named rubric (judge.prompts.RUBRIC_PRESETS) for records without one (pairwise
     default: helpfulness)."""
     prompt_name: FastChatPrompt | None = None
     """fastchat only: the FastChat judge prompt the logs were graded with (single-v1, single-math-v1 and their

@@ -137,11 +137,13 @@ def _worker_init() -> None:
     copyreg.pickle(Judgment, _reduce_judgment)
 
 
-_judgment_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(Judgment)))
+_judgment_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(Judgment) if not f.kw_only))
+_provenance_fields = [f.name for f in dataclasses.fields(Judgment) if f.kw_only]
 
 
 def _reduce_judgment(j: Judgment):
-    return Judgment, _judgment_fields(j)
+    # the keyword-only provenance fields travel as slot state (pickle sets them after construction)
+    return Judgment, _judgment_fields(j), (None, {k: getattr(j, k) for k in _provenance_fields})
 
 
 def default_workers() -> int:

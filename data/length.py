@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from judgeforge.config import ConfigError
 from judgeforge.data.pairwise import PairJudgment
-from judgeforge.data.templates import ABS_SYSTEM_PROMPT, absolute_prompt, score_target
+from judgeforge.judge.prompts import ABS_SYSTEM_PROMPT, absolute_prompt, score_target
 from judgeforge.data.validate import TOO_LONG, Reject
 
 CHARS_PER_TOKEN = 4
@@ -72,7 +72,7 @@ def record_size(j, measure=len) -> int:
 def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
-    from judgeforge.models import resolve_model
+    from judgeforge.judge.weights import resolve_model
 
     try:
         return AutoTokenizer.from_pretrained(resolve_model(name))

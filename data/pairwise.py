@@ -1,7 +1,7 @@
 """Pairwise (relative-grading) judgments: readers and the record they produce.
 
 A `PairJudgment` is one judge's choice between two responses to one instruction, in one order
-(A, B). Its SFT record holds the released Prometheus-2 relative prompt (data.templates) and the
+(A, B). Its SFT record holds the released Prometheus-2 relative prompt (judge.prompts) and the
 target `feedback [RESULT] A|B`. A judgment without a rationale gets the target `[RESULT] A` alone
 and `verdict_only: true` in its record.
 
@@ -33,7 +33,9 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from judgeforge.data.templates import TEMPLATE_VERSION, RESULT_MARKER, Rubric, relative_messages, rubric_preset
+from judgeforge.data.schema import Provenance
+from judgeforge.judge.items import item_hash
+from judgeforge.judge.prompts import TEMPLATE_VERSION, RESULT_MARKER, Rubric, relative_messages, rubric_preset
 from judgeforge.data.validate import (EMPTY_RESPONSE, MISSING_FIELD, PAIR_INCONSISTENT, SCORE_FEEDBACK_MISMATCH, TIE,
                                       UNPARSEABLE_PROMPT, UPSTREAM_PARSE_FAILURE, Reject, optional_text,
                                       require_text)
@@ -43,7 +45,7 @@ TIE_POLICIES = ("reject", "split")
 
 
 @dataclass(slots=True)
-class PairJudgment:
+class PairJudgment(Provenance):
     instruction: str
     response_a: str
     response_b: str
@@ -55,12 +57,6 @@ class PairJudgment:
     reference_answer: str | None = None
     response_model_a: str = "unknown"
     response_model_b: str = "unknown"
-    judge_model: str = "unknown"
-    source: str = "unknown"
-    category: str | None = None
-    item_id: str = ""
-    sample_idx: int = 0
-    extra: dict = field(default_factory=dict)
 
     @property
     def verdict_only(self) -> bool:
@@ -90,10 +86,9 @@ class PairJudgment:
         return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
     def item_hash(self) -> str:
-        """The pair regardless of order: both orders of one pair are one item (and split together)."""
-        a, b = sorted((self.response_a, self.response_b))
-        key = json.dumps(["relative", self.instruction, a, b, self.rubric.to_dict()], ensure_ascii=False)
-        return hashlib.sha256(key.encode("utf-8")).hexdigest()
+        """The pair regardless of order (`judge.items.item_hash`): both orders are one item, split together."""
+        return item_hash(self.instruction, (self.response_a, self.response_b), self.rubric.to_dict(),
+                         self.reference_answer)
 
     def messages(self) -> list[dict]:
         msgs = relative_messages(self.instruction, self.response_a, self.response_b, self.rubric,
@@ -348,9 +343,8 @@ class Pair:
 
 
 def _pair_key(rec: dict) -> str:
-    a, b = sorted((rec["response_a"], rec["response_b"]))
-    return json.dumps([rec["instruction"], rec.get("rubric"), rec.get("reference_answer"), a, b],
-                      ensure_ascii=False, sort_keys=True)
+    return item_hash(rec["instruction"], (rec["response_a"], rec["response_b"]), rec.get("rubric"),
+                     rec.get("reference_answer"))
 
 
 def build_pairs(records: Sequence[dict], ties: str = SKIP_TIES, max_pairs: int | None = None,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from judgeforge.data.pairwise import (is_fastchat_pair, parse_alpaca_eval, parse_fastchat_pair,
                                       parse_generic_pair)
 from judgeforge.data.schema import Judgment
-from judgeforge.data.templates import Rubric, Scale, absolute_prompt, rubric_preset
+from judgeforge.judge.prompts import Rubric, Scale, absolute_prompt, rubric_preset
 from judgeforge.data.validate import (EMPTY_FEEDBACK, EMPTY_RESPONSE, MISSING_FIELD, UNPARSEABLE_PROMPT,
                                       UNSUPPORTED_MODE, UPSTREAM_PARSE_FAILURE, Reject, check_feedback_score,
                                       clean_feedback, coerce_score, optional_text, require_text)
@@ -347,7 +347,7 @@ def parse_generic(obj: dict, ctx: Context) -> Parsed:
 # --- judgment store ---------------------------------------------------------------------------
 
 def parse_store(obj: dict, ctx: Context) -> Parsed:
-    """A judgment-store row (`cascade.store.Stored.to_dict()`) -> the teacher's judgment of its request.
+    """A judgment-store row (`data.store.Stored.to_dict()`) -> the teacher's judgment of its request.
     The teacher's answer was stored as it came back, so it is validated here like any other judgment."""
     try:
         if obj.get("mode") != "absolute":

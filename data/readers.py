@@ -1,5 +1,5 @@
 """Raw record readers: files (JSON list/dict, JSONL, Parquet), Hugging Face datasets, and judgment
-stores (the teacher judgments a serving replica kept, cascade/store.py).
+stores (the teacher judgments a serving replica kept, data/store.py).
 
 A file's format is told by its content (`sniff_format`), never its extension,
 here and in the evaluation-set loaders (eval/sets.py uses `read_objects`).
@@ -22,6 +22,7 @@ from typing import Any, Iterator
 from judgeforge.config import ConfigError
 from judgeforge.data.jsontext import (BOM, BOM_BYTES, DuplicateKey, Repeated, as_written, decode_document,
                                       decode_line, repeated_key)
+from judgeforge.data.store import JudgmentStore, StoreError
 from judgeforge.data.validate import DUPLICATE_KEY
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -256,8 +257,6 @@ def open_store(path: str, since: dict[str, int]) -> tuple[Iterator[Raw], dict]:
     records (`max_seq`) for the next build's `since`. `line` is the row's seq. The store is opened
     read-only: a build never writes its input (no checkpoint, no -wal or -shm created or removed). A
     damaged store, or a copy made without its -wal, is a ConfigError naming it (one line, exit 2)."""
-    from judgeforge.cascade.store import JudgmentStore, StoreError
-
     local = resolve_path(path)
     if local is None or not local.is_file():
         raise ConfigError(f"judgment store not found: {path} (tried the current directory and {REPO_ROOT})")
@@ -278,8 +277,6 @@ def open_store(path: str, since: dict[str, int]) -> tuple[Iterator[Raw], dict]:
 
 
 def _store_rows(store, since_seq: int, upto: int) -> Iterator[Raw]:
-    from judgeforge.cascade.store import StoreError
-
     with store:
         try:
             for row in store.iter_teacher(since_seq, upto):

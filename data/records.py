@@ -23,7 +23,7 @@ import mmap
 from pathlib import Path
 
 from judgeforge.data.schema import Judgment
-from judgeforge.data.templates import (ABS_SYSTEM_PROMPT, RESULT_MARKER, TEMPLATE_VERSION, Rubric, Scale,
+from judgeforge.judge.prompts import (ABS_SYSTEM_PROMPT, RESULT_MARKER, TEMPLATE_VERSION, Rubric, Scale,
                                        absolute_prompt, assistant_target)
 
 

@@ -13,12 +13,30 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from judgeforge.data.templates import TEMPLATE_VERSION, Rubric, Scale
+from judgeforge.judge.prompts import TEMPLATE_VERSION, Rubric, Scale
 from judgeforge.judge.items import GradeItem
 
 
+@dataclass(slots=True, kw_only=True)
+class Provenance:
+    """Where a judgment comes from, the same for absolute (`Judgment`) and pairwise (`PairJudgment`)
+    ones. Keyword-only: the judgment's own fields stay positional, in their order."""
+
+    judge_model: str = "unknown"
+    source: str = "unknown"
+    """Which reader/config source produced it."""
+    category: str | None = None
+    """Category or capability of the item."""
+    item_id: str = ""
+    """Identifies the graded item; several samples share it (empty: `item_hash()` names it)."""
+    sample_idx: int = 0
+    """Index of this judgment among the samples of the same item."""
+    extra: dict = field(default_factory=dict)
+    """Reader-specific fields kept for provenance (e.g. turn, question_id)."""
+
+
 @dataclass(slots=True)
-class Judgment:
+class Judgment(Provenance):
     instruction: str
     """The task the response answers (for multi-turn items, the whole dialogue so far)."""
     response: str
@@ -34,17 +52,6 @@ class Judgment:
     system_prompt: str | None = None
     """The system prompt the graded model saw (BiGGen-Bench), not the judge's."""
     response_model: str = "unknown"
-    judge_model: str = "unknown"
-    source: str = "unknown"
-    """Which reader/config source produced it."""
-    category: str | None = None
-    """Category or capability of the item."""
-    item_id: str = ""
-    """Identifies the graded (instruction, response) pair; several samples share it."""
-    sample_idx: int = 0
-    """Index of this judgment among the samples of the same item."""
-    extra: dict = field(default_factory=dict)
-    """Reader-specific fields kept for provenance (e.g. turn, question_id)."""
 
     def content_hash(self) -> str:
         """sha256 over everything that defines the training example (duplicates share it)."""
@@ -54,10 +61,8 @@ class Judgment:
         return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
     def item_hash(self) -> str:
-        """sha256 of the graded item alone (instruction, response, rubric): groups samples."""
-        key = json.dumps([self.instruction, self.response, self.reference_answer,
-                          self.rubric.to_dict()], ensure_ascii=False)
-        return hashlib.sha256(key.encode("utf-8")).hexdigest()
+        """The graded item alone (`judge.items.item_hash`): groups samples."""
+        return self.item().item_hash()
 
     def item(self) -> GradeItem:
         return GradeItem(self.instruction, self.response, self.rubric, self.reference_answer, self.scale)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from judgeforge.data.templates import RESULT_MARKER
+from judgeforge.judge.prompts import RESULT_MARKER
 # The verdicts a feedback states (and so score_feedback_mismatch) are the judge core's one rule for a
 # valid judgment, shared with the server's acceptance of teacher judgments.
 from judgeforge.judge.parsing import (TAIL, feedback_mismatch, may_close_with_score,  # noqa: F401

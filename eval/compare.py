@@ -10,25 +10,21 @@ accuracy); otherwise only the two values and their difference.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from judgeforge.data.templates import Scale
+from judgeforge.judge.prompts import Scale
+from judgeforge.eval.metrics_file import Metrics
 from judgeforge.eval.report import _aligned, _f, _label, _table, paired_on_set
 from judgeforge.io import atomic_write_json, atomic_write_text, read_jsonl
 
 
-def _load(d: str | Path) -> tuple[dict, list[dict] | None]:
-    d = Path(d)
-    f = d / "metrics.json"
-    if not f.is_file():
-        raise FileNotFoundError(f"{d} is not a judgeforge eval report (no metrics.json)")
-    preds = d / "predictions.jsonl"
-    return json.loads(f.read_text()), (read_jsonl(preds) if preds.is_file() else None)
+def _load(d: str | Path) -> tuple[Metrics, list[dict] | None]:
+    preds = Path(d) / "predictions.jsonl"
+    return Metrics.load(d), (read_jsonl(preds) if preds.is_file() else None)
 
 
-def _judge_pairs(a: dict, b: dict) -> list[tuple[str, str]]:
-    ja, jb = a["meta"]["judges"], b["meta"]["judges"]
+def _judge_pairs(a: Metrics, b: Metrics) -> list[tuple[str, str]]:
+    ja, jb = a.judges, b.judges
     if len(ja) == 1 and len(jb) == 1:
         return [(ja[0], jb[0])]
     return [(j, j) for j in ja if j in jb]
@@ -57,17 +53,16 @@ def compare_rows(dir_a: str | Path, dir_b: str | Path, n_boot: int = 1000, seed:
     both graded the same items, the paired bootstrap interval (`paired`: lo, hi, significant...)."""
     a, pa = _load(dir_a)
     b, pb = _load(dir_b)
-    sets_b = {s["name"]: s for s in b["sets"]}
     boot = {"n_boot": n_boot, "seed": seed}
     rows = []
     for ja, jb in _judge_pairs(a, b):
-        for s in a["sets"]:
-            if s["name"] not in sets_b:
+        for s in a.sets():
+            if b.set(s["name"]) is None:
                 continue
-            ra, rb = a["results"].get(ja, {}).get(s["name"]), b["results"].get(jb, {}).get(s["name"])
+            ra, rb = a.results(ja).get(s["name"]), b.results(jb).get(s["name"])
             if not ra or not rb:
                 continue
-            for v in (x for x in a["meta"]["variants"] if x in b["meta"]["variants"]):
+            for v in (x for x in a.variants if x in b.variants):
                 metric, va, fa = _headline(s, ra, v)
                 _, vb, fb = _headline(s, rb, v)
                 rows.append({"set": s["name"], "judge_a": ja, "judge_b": jb, "variant": v, "metric": metric,

@@ -8,11 +8,8 @@ from pydantic import Field, field_validator, model_validator
 
 from judgeforge.config import Config
 from judgeforge.eval.probes import INJECTION
+from judgeforge.eval.sets import SET_KINDS
 from judgeforge.judge.config import EngineConfig
-
-SET_KINDS = ("heldout", "heldout_pairs", "prometheus", "hhh", "mt_bench_human", "autoj", "flask", "feedback_bench",
-             "pandalm")
-PAIRWISE_KINDS = ("heldout_pairs", "hhh", "mt_bench_human", "autoj", "pandalm")
 
 
 class JudgeConfig(Config):
@@ -33,9 +30,9 @@ class SetConfig(Config):
 
     name: str
     """Label in tables (unique)."""
-    kind: Literal["heldout", "heldout_pairs", "prometheus", "hhh", "mt_bench_human", "autoj", "flask",
-                  "feedback_bench", "pandalm"]
-    """heldout: a data build's test split (GPT-4 reference); heldout_pairs: its relative (pairwise) records,
+    kind: str
+    """A registered set kind (eval.sets.SET_KINDS; `@eval.sets.set_kind(name)` adds one). Built in:
+    heldout: a data build's test split (GPT-4 reference); heldout_pairs: its relative (pairwise) records,
     one pair per unordered pair, reference = the pairwise judge's majority (ties apart);
     prometheus/flask/feedback_bench: absolute sets with GPT-4 scores in the Prometheus benchmark (or
     Feedback Collection) layout; hhh, mt_bench_human, autoj, pandalm: human pairwise preferences."""
@@ -61,12 +58,18 @@ class SetConfig(Config):
     external_ranking: dict[str, float] = {}
     """Response model -> external score (higher better) for the ranking correlation."""
 
+    @field_validator("kind")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        SET_KINDS.get(v)  # an unknown kind: UnknownName listing the registered ones
+        return v
+
     @model_validator(mode="after")
     def _defaults(self):
+        kind = SET_KINDS.get(self.kind)
         if self.role is None:
-            self.role = ("mimic" if self.kind == "heldout" else "human" if self.kind in PAIRWISE_KINDS
-                         else "forgetting")
-        if self.kind not in PAIRWISE_KINDS and self.modes != ["absolute"]:
+            self.role = kind.role
+        if not kind.pairwise and self.modes != ["absolute"]:
             raise ValueError(f"set {self.name!r}: modes apply to pairwise sets only")
         return self
 
@@ -100,19 +103,30 @@ class BootstrapConfig(Config):
     seed: int = 42
 
 
-class CascadeConfig(Config):
-    """The offline cascade what-if (Trust or Escalate) on mimic sets: the cached GPT-4 judgments
-    stand in for the teacher, so it costs no engine time. Defaults are loose enough to be
-    feasible on small sets (8 calibration items need all 8 to agree); tighten them on large ones."""
+class GuaranteeConfig(Config):
+    """What a calibrated escalation threshold certifies (Trust or Escalate, eval/calibration.py): the
+    local judge agrees with the teacher on at least 1 - alpha of the items it answers, with probability
+    at least 1 - delta. The one owner of these fields: `judgeforge cascade calibrate` (whose
+    calibration.json a server escalates by) and the eval report's offline what-if both take them."""
 
     alpha: float = Field(0.3, gt=0, lt=1)
-    """Tolerated disagreement with the teacher on the items answered locally."""
+    """Tolerated disagreement with the teacher on the items answered locally (agreement >= 1 - alpha).
+    0.3 is loose enough to be feasible on small sets (8 calibration items need all 8 to agree); the
+    shipped calibration config (configs/cascade/default.yaml) sets 0.1 for serving."""
     delta: float = Field(0.1, gt=0, lt=1)
-    """Allowed failure probability of the guarantee."""
+    """The guarantee may fail with probability at most delta (over the draw of calibration items)."""
     tolerance: int = Field(0, ge=0)
-    """Agreement = the local vote within this of the teacher's score (0 exact, 1 within-1)."""
+    """Agreement = the local score within this of the teacher's (0 exact, 1 within-1)."""
     min_n: int = Field(30, ge=1)
-    """Items needed at or above a tested threshold (capped at the calibration split's size)."""
+    """Only thresholds with at least this many calibration items at or above them are tested (the
+    what-if caps it at its calibration split's size)."""
+
+
+class WhatIfConfig(GuaranteeConfig):
+    """The offline cascade what-if (Trust or Escalate) on mimic sets: the cached GPT-4 judgments
+    stand in for the teacher, so it costs no engine time. The guarantee's defaults are loose enough
+    to be feasible on small sets; tighten them on large ones."""
+
     calibration_share: float = Field(0.5, gt=0, lt=1)
     """Share of the set used to calibrate in each random split; the rest tests the guarantee."""
     n_splits: int = Field(1000, ge=1)
@@ -176,7 +190,7 @@ class EvalConfig(Config):
     length_tokenizer: str | None = None
     """Tokenizer counting response lengths (default: the first local judge's model)."""
     plots: bool = True
-    cascade: CascadeConfig = CascadeConfig()
+    cascade: WhatIfConfig = WhatIfConfig()
     """Offline what-if of a confidence-thresholded cascade on mimic sets (report section)."""
     probes: ProbesConfig = ProbesConfig()
     """Bias probes: position (pairs in both orders) and prompt injection (report section)."""

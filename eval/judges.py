@@ -26,6 +26,7 @@ from judgeforge.eval.config import ProbesConfig
 from judgeforge.eval.probes import inject
 from judgeforge.eval.sets import AbsItem, EvalSet, PairItem
 from judgeforge.judge.items import CompareItem, GradeItem, Options
+from judgeforge.judge.scores import Judged
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,7 @@ def judge_sampling(sampling, n: int, feedback: bool = True):
 
 
 def _failed(reason: str, n: int) -> list[dict]:
-    return [{"text": "", "score": None, "verdict": None, "reason": reason, "probs": None,
-             "finish_reason": None, "n_tokens": 0, "completion": reason}] * n
+    return [Judged.failed(reason).to_record() for _ in range(n)]
 
 
 def _prepare(judge, units: list[Unit], sampling) -> tuple[list[int], list, dict[int, str]]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from judgeforge.data.templates import Scale
-from judgeforge.eval.report import EXPECTED, PROB_VARIANTS, primary_variant, unit_score
+from judgeforge.judge.prompts import Scale
+from judgeforge.eval.metrics_file import EXPECTED, Metrics, vote_n
+from judgeforge.eval.report import unit_score
 
 
 def _slug(*parts: str) -> str:
@@ -32,16 +33,16 @@ def write_plots(metrics: dict, preds: list[dict], out: Path) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     plt = _plt()
-    pv = primary_variant(metrics)
+    m = Metrics(metrics)
+    pv = m.primary_variant
     written: list[Path] = []
-    abs_sets = [s for s in metrics["sets"] if s["kind"] == "absolute"]
-    for s in abs_sets:
+    for s in m.sets("absolute"):
         scale = Scale.parse(s["scale"])
-        for judge, res in metrics["results"].items():
+        for judge in m.judges:
             recs = [r for r in preds if r["judge"] == judge and r["set"] == s["name"] and r["mode"] == "absolute"]
             # The headline vote, plus the expected score of the completed distributions.
-            for v in [pv] + [x for x in (EXPECTED,) if x in metrics["meta"]["variants"]]:
-                rep = res.get(s["name"], {}).get(v)
+            for v in [pv] + [x for x in (EXPECTED,) if x in m.variants]:
+                rep = m.result(judge, s["name"], v)
                 if not rep:
                     continue
                 tag = _slug(judge, s["name"], v)
@@ -96,16 +97,17 @@ def _confusion(plt, conf, path, title, reference):
 def _categories(plt, metrics, set_name, variant, path):
     import numpy as np
 
-    judges = [j for j, res in metrics["results"].items() if variant in res.get(set_name, {})]
+    m = Metrics(metrics)
+    judges = [j for j in m.judges if m.result(j, set_name, variant)]
     if not judges:
         return None
-    cats = sorted(metrics["results"][judges[0]][set_name][variant].get("per_category", {}))
+    cats = sorted(m.result(judges[0], set_name, variant).get("per_category", {}))
     if not cats:
         return None
     fig, ax = plt.subplots(figsize=(max(5, len(cats) * 0.9), 3.8))
     width = 0.8 / len(judges)
     for k, judge in enumerate(judges):
-        pc = metrics["results"][judge][set_name][variant]["per_category"]
+        pc = m.result(judge, set_name, variant)["per_category"]
         vals = [pc.get(c, {}).get("correlation", {}).get("pearson", {}).get("value") for c in cats]
         ax.bar(np.arange(len(cats)) + k * width, [v if v is not None else 0 for v in vals], width, label=judge)
     ax.axhline(0, color="k", lw=0.6)
@@ -142,19 +144,20 @@ def _cascade(plt, metrics, set_name, path):
 
 
 def _ablation(plt, metrics, path):
-    variants = [v for v in metrics["meta"]["variants"] if v not in PROB_VARIANTS]
-    xs = [int(v[1:]) for v in variants]
+    m = Metrics(metrics)
+    variants = m.vote_variants
+    xs = [vote_n(v) for v in variants]
     fig, ax = plt.subplots(figsize=(5, 3.8))
-    for judge, res in metrics["results"].items():
-        for s in metrics["sets"]:
-            rep = res.get(s["name"])
+    for judge in m.judges:
+        for s in m.sets():
+            rep = m.results(judge).get(s["name"])
             if not rep:
                 continue
             if s["kind"] == "absolute":
-                ys = [rep[v]["correlation"]["pearson"]["value"] for v in variants]
+                ys = [m.result(judge, s["name"], v)["correlation"]["pearson"]["value"] for v in variants]
                 label = f"{judge} / {s['name']} (Pearson)"
             elif "absolute" in rep:
-                ys = [rep["absolute"][v]["accuracy"] for v in variants]
+                ys = [m.result(judge, s["name"], v, mode="absolute")["accuracy"] for v in variants]
                 label = f"{judge} / {s['name']} (pairwise acc.)"
             else:
                 continue

@@ -25,23 +25,18 @@ import json
 from collections import defaultdict
 from typing import Iterable
 
-from judgeforge.cascade import whatif as W
-from judgeforge.cascade.records import from_records
-from judgeforge.data.templates import Scale
 from judgeforge.eval import metrics as M
 from judgeforge.eval import probes as P
-from judgeforge.eval.config import CascadeConfig
+from judgeforge.eval import whatif as W
+from judgeforge.eval.cascade_inputs import from_records
+from judgeforge.eval.config import WhatIfConfig
 from judgeforge.eval.sets import PUBLISHED
+from judgeforge.judge.prompts import Scale
 from judgeforge.judge.scores import Judged, expected
 from judgeforge.judge.voting import vote_scores, vote_verdicts
 
-EXPECTED = "expected"
-SCORE_ONLY = "score_only"
-PROB_VARIANTS = (EXPECTED, SCORE_ONLY)
-
-
-def variant_names(n_values: list[int], score_only: bool = False) -> list[str]:
-    return [f"n{k}" for k in n_values] + [EXPECTED] + ([SCORE_ONLY] if score_only else [])
+from judgeforge.eval.metrics_file import (EXPECTED, PROB_VARIANTS, SCORE_ONLY, Metrics,  # noqa: F401
+                                           variant_names, vote_n)
 
 
 def judged(rec: dict, k: int | None = None) -> list[Judged]:
@@ -55,12 +50,12 @@ def unit_score(rec: dict, variant: str, scale: Scale) -> float | None:
         return vote_scores(judged(rec), scale).expected_score
     if variant == SCORE_ONLY:
         return expected(rec.get("score_only_probs"))
-    return vote_scores(judged(rec, int(variant[1:])), scale).score
+    return vote_scores(judged(rec, vote_n(variant)), scale).score
 
 
 def unit_choice(rec: dict, variant: str) -> str | None:
     """Relative mode: voted 'a'/'b', 'tie' on an even split, None when nothing voted."""
-    comp = vote_verdicts(judged(rec, int(variant[1:])))
+    comp = vote_verdicts(judged(rec, vote_n(variant)))
     if comp.winner:
         return comp.winner.lower()
     return "tie" if (comp.reason or "").startswith("tie") else None
@@ -238,7 +233,7 @@ def _comparisons(preds_by: dict, judges: list[str], baseline: str, sets: list[di
 
 
 def _cascade(by: dict, sets: list[dict], judges: list[str], n_max: int, scale_of: dict, params: dict) -> dict:
-    """Offline cascade what-if (judgeforge.cascade.whatif) for every judge on every mimic set: the
+    """Offline cascade what-if (judgeforge.eval.whatif) for every judge on every mimic set: the
     local vote over all N samples, its confidence, GPT-4's first cached judgment as the teacher."""
     out: dict = {}
     for s in _sets_of({"sets": sets}, kind="absolute", role="mimic"):
@@ -257,9 +252,9 @@ def compute_metrics(preds: list[dict], *, sets: list[dict], judges: list[str], b
     """All metrics of a run from its predictions (see the module doc for the record layout).
 
     `sets` are EvalSet summaries plus `scale` [lo, hi] and optional `external_ranking`;
-    `cascade`: the what-if's parameters (eval.config.CascadeConfig fields; default: its defaults).
+    `cascade`: the what-if's parameters (eval.config.WhatIfConfig fields; default: its defaults).
     """
-    cascade = CascadeConfig(**(cascade or {})).model_dump()
+    cascade = WhatIfConfig(**(cascade or {})).model_dump()
     boot = {"n_boot": n_boot, "seed": seed, "level": level}
     variants = variant_names(n_values, score_only)
     by = _group(r for r in preds if r["mode"] != PROBE_MODE)
@@ -320,7 +315,7 @@ def _ci(e: dict | None, key: str = "value") -> str:
 
 
 def _label(variant: str) -> str:
-    return {EXPECTED: "E[score]", SCORE_ONLY: "score-only E[score]"}.get(variant, f"N={variant[1:]}")
+    return {EXPECTED: "E[score]", SCORE_ONLY: "score-only E[score]"}.get(variant) or f"N={vote_n(variant)}"
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -329,12 +324,11 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def primary_variant(m: dict) -> str:
-    """The headline variant: the vote with the largest N."""
-    return f"n{max(m['meta']['n_values'])}"
+    return Metrics(m).primary_variant
 
 
 def _sets_of(m: dict, kind: str | None = None, role: str | None = None) -> list[dict]:
-    return [s for s in m["sets"] if (kind is None or s["kind"] == kind) and (role is None or s.get("role") == role)]
+    return Metrics(m).sets(kind, role)
 
 
 def _header(m: dict) -> list[str]:
@@ -354,9 +348,33 @@ def _header(m: dict) -> list[str]:
              str(s["n_available"]), s.get("rubric_preset") or "from the data", s["source"]] for s in m["sets"]]
     lines += _table(["set", "kind", "role", "reference", "items evaluated", "items available",
                      "rubric", "source"], rows)
+    lines += _records_lines(m)
     for sk in m.get("skipped", []):
         lines.append(f"- skipped `{sk['name']}`: {sk['reason']}")
     if m.get("skipped"):
+        lines.append("")
+    return lines
+
+
+def _records_lines(m: dict) -> list[str]:
+    """The loaders' accounting (eval.sets.Records): read = kept + rejected per set, by reason, and the
+    rejects metrics.json lists. Reports from before it was kept have none: no section."""
+    counted = [s for s in m["sets"] if s.get("records")]
+    if not counted:
+        return []
+    rows = [[s["name"], *(str(s["records"][k]) for k in ("read", "kept", "rejected", "filtered")),
+             ", ".join(f"{r} {n}" for r, n in s["records"]["by_reason"].items()) or "none"] for s in counted]
+    lines = ["### Records read", "", "Every record of a set's file is kept or rejected with a reason (the data "
+             "builder's codes); kept records left out by the set's `response_models` are counted apart.", ""]
+    lines += _table(["set", "read", "kept", "rejected", "left out", "reject reasons"], rows)
+    for s in counted:
+        for rej in s["records"]["rejects"]:
+            detail = " ".join(rej["detail"].split())[:200]  # one line, whatever the file held
+            lines.append(f"- `{s['name']}` {rej['place']}: {rej['reason']}: {detail}")
+        hidden = s["records"]["rejected"] - len(s["records"]["rejects"])
+        if hidden > 0:
+            lines.append(f"- `{s['name']}`: {hidden} more rejects (counted above, not listed)")
+    if any(s["records"]["rejects"] for s in counted):
         lines.append("")
     return lines
 

@@ -23,8 +23,9 @@ from pathlib import Path
 
 from judgeforge.config import ConfigError, command_parser, dump_config, load_config
 from judgeforge.eval import sets as S
-from judgeforge.eval.config import PAIRWISE_KINDS, EvalConfig, JudgeConfig, SetConfig
+from judgeforge.eval.config import EvalConfig, JudgeConfig, SetConfig
 from judgeforge.eval.judges import PROBE, add_lengths, build_units, grade_units, merged_model_dir
+from judgeforge.eval.metrics_file import SCORE_ONLY, Metrics
 from judgeforge.eval.report import compute_metrics, render_markdown
 from judgeforge.io import atomic_dir, atomic_write_json, atomic_write_text, read_jsonl, write_jsonl
 from judgeforge.redact import redact_url
@@ -32,52 +33,17 @@ from judgeforge.redact import redact_url
 log = logging.getLogger(__name__)
 
 
-def _resolve(path: str) -> Path:
-    """Current directory first, then the judgeforge checkout (as the data configs do)."""
-    p = Path(path).expanduser()
-    if p.is_absolute() or p.exists() or not (S.PACKAGE_ROOT / p).exists():
-        return p
-    return S.PACKAGE_ROOT / p
-
-
-def _ensure_heldout(sc: SetConfig) -> Path:
-    path = _resolve(sc.path)
-    if not (path / "test.jsonl").is_file() and sc.build_config:
-        from judgeforge.data.build import run_build
-        from judgeforge.data.config import BuildConfig
-
-        log.info("%s has no test.jsonl: building it from %s", path, sc.build_config)
-        run_build(load_config(BuildConfig, _resolve(sc.build_config)), out=path)
-    return path
-
-
 def load_set(sc: SetConfig, seed: int) -> S.EvalSet:
-    """One configured set, subset by its seeded `max_items`. Raises SetUnavailable when absent."""
-    preset = None
-    if sc.kind == "heldout":
-        items, n = S.load_heldout(str(_ensure_heldout(sc)), response_models=sc.response_models or None)
-    elif sc.kind == "heldout_pairs":
-        items, n = S.load_heldout_pairs(str(_ensure_heldout(sc)), seed=seed)
-    elif sc.kind in ("prometheus", "flask", "feedback_bench"):
-        items, n = S.load_prometheus_absolute(sc.path, sc.name, response_models=sc.response_models or None,
-                                              split=sc.split)
-    elif sc.kind == "hhh":
-        items, n = S.load_hhh(sc.path, seed=seed)
-    elif sc.kind == "mt_bench_human":
-        preset = sc.rubric_preset
-        items, n = S.load_mt_bench_human(sc.path, preset=preset, split=sc.split or "human")
-    elif sc.kind == "pandalm":
-        preset = sc.rubric_preset
-        items, n = S.load_pandalm(sc.path, preset=preset)
-    else:
-        preset = sc.rubric_preset
-        items, n = S.load_autoj(sc.path, preset=preset)
+    """One configured set through its registered kind (eval.sets.SET_KINDS), subset by its seeded
+    `max_items`, with what its loader kept and rejected. Raises SetUnavailable when absent."""
+    kind = S.SET_KINDS.get(sc.kind)
+    records = S.Records()
+    items, n = kind.load(sc, seed, records)
     if not items:
         raise S.SetUnavailable(f"{sc.path} holds no items for this set (response_models filter?)")
-    pairwise = sc.kind in PAIRWISE_KINDS
-    return S.EvalSet(name=sc.name, kind="pairwise" if pairwise else "absolute",
-                     reference="human" if pairwise and sc.kind != "heldout_pairs" else "gpt-4", items=S.subset(items, sc.max_items, seed),
-                     source=sc.path, n_available=n, rubric_preset=preset)
+    return S.EvalSet(name=sc.name, kind="pairwise" if kind.pairwise else "absolute", reference=kind.reference,
+                     items=S.subset(items, sc.max_items, seed), source=sc.path, n_available=n,
+                     rubric_preset=sc.rubric_preset if kind.preset else None, records=records)
 
 
 def load_sets(cfg: EvalConfig) -> tuple[list[S.EvalSet], list[dict]]:
@@ -176,7 +142,7 @@ def write_report(out: str | Path, metrics: dict, preds: list[dict], *, config_te
     out = Path(out)
     with atomic_dir(out) as tmp:
         atomic_write_json(tmp / "metrics.json", metrics)
-        atomic_write_text(tmp / "report.md", render_markdown(json.loads((tmp / "metrics.json").read_text())))
+        atomic_write_text(tmp / "report.md", render_markdown(Metrics.load(tmp).data))
         write_jsonl(tmp / "predictions.jsonl", preds)
         if config_text is not None:
             atomic_write_text(tmp / "config.yaml", config_text)
@@ -193,14 +159,14 @@ def write_report(out: str | Path, metrics: dict, preds: list[dict], *, config_te
 def recompute(report_dir: str | Path, plots: bool = True) -> dict:
     """Recompute metrics.json, report.md and plots of a report dir from its predictions.jsonl."""
     d = Path(report_dir)
-    old = json.loads((d / "metrics.json").read_text())
+    old = Metrics.load(d).data
     preds = read_jsonl(d / "predictions.jsonl")
     meta, boot = old["meta"], old["meta"]["bootstrap"]
     keep = {k: v for k, v in meta.items()
             if k not in ("judges", "baseline", "n_values", "variants", "bootstrap", "cascade")}
     metrics = compute_metrics(preds, sets=old["sets"], judges=meta["judges"], baseline=meta["baseline"],
                               n_values=meta["n_values"],
-                              score_only="score_only" in meta["variants"],
+                              score_only=SCORE_ONLY in meta["variants"],
                               n_boot=boot["n_resamples"], level=boot["level"], seed=boot["seed"], meta=keep,
                               skipped=old.get("skipped"), cascade=meta.get("cascade"))
     cfg_file = d / "config.yaml"

@@ -13,6 +13,8 @@ import os
 import re
 from pathlib import Path
 
+from judgeforge.eval.metrics_file import Metrics
+
 log = logging.getLogger(__name__)
 
 ID_COLUMNS = ("set", "judge", "mode", "variant")
@@ -26,10 +28,10 @@ def _ci(prefix: str, e: dict | None, value: str = "value") -> dict:
 
 def correlation_rows(m: dict) -> list[dict]:
     """The correlation tables (absolute sets): one row per set, judge and variant."""
-    rows = []
-    for s in (s for s in m["sets"] if s["kind"] == "absolute"):
-        for judge, res in m["results"].items():
-            for v, rep in res.get(s["name"], {}).items():
+    rows, mf = [], Metrics(m)
+    for s in mf.sets("absolute"):
+        for judge in mf.judges:
+            for v, rep in mf.results(judge).get(s["name"], {}).items():
                 c, a = rep["correlation"], rep["agreement"]
                 rows.append({"set": s["name"], "judge": judge, "variant": v, "role": s.get("role"),
                              **_ci("pearson", c["pearson"]), **_ci("spearman", c["spearman"]),
@@ -41,10 +43,10 @@ def correlation_rows(m: dict) -> list[dict]:
 
 def human_rows(m: dict) -> list[dict]:
     """Agreement with human preferences (pairwise sets): one row per set, judge, mode and variant."""
-    rows = []
-    for s in (s for s in m["sets"] if s["kind"] == "pairwise"):
-        for judge, res in m["results"].items():
-            for mode, by_v in res.get(s["name"], {}).items():
+    rows, mf = [], Metrics(m)
+    for s in mf.sets("pairwise"):
+        for judge in mf.judges:
+            for mode, by_v in mf.results(judge).get(s["name"], {}).items():
                 for v, rep in by_v.items():
                     rows.append({"set": s["name"], "judge": judge, "mode": mode, "variant": v,
                                  "accuracy": rep["accuracy"], "accuracy_lo": rep["lo"], "accuracy_hi": rep["hi"],

@@ -2,7 +2,7 @@
 
 `judgeforge train` writes it next to the adapter weights, `judgeforge train merge` copies it into the
 merged model, and everything that loads a judge checks it here with one rule: a directory trained on
-another prompt template than the one this judgeforge renders (`data.templates.TEMPLATE_VERSION`) is
+another prompt template than the one this judgeforge renders (`judge.prompts.TEMPLATE_VERSION`) is
 refused, since its scores would not be trustworthy. A directory that records no version is refused
 where a version is required (adapters, unless explicitly allowed) and accepted elsewhere (plain
 models). Pure logic: json and pathlib only.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from judgeforge.data.templates import TEMPLATE_VERSION
+from judgeforge.judge.prompts import TEMPLATE_VERSION
 
 META_FILE = "judgeforge.json"
 LEGACY_META_FILES = ("judgeforge_adapter.json",)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from judgeforge.judge.parsing import last_marker_start
-from judgeforge.data.templates import RESULT_MARKER
+from judgeforge.judge.prompts import RESULT_MARKER
 
 
 class Tokenizer(Protocol):

@@ -23,9 +23,11 @@ def plain_base_url(url: str) -> str:
 
 
 class EngineConfig(Config):
-    kind: Literal["vllm", "transformers", "openai"] = "vllm"
-    """Which engine produces the samples: in-process vLLM, transformers `generate`, or an
-    OpenAI-compatible endpoint."""
+    kind: str = "vllm"
+    """Which engine produces the samples: a registered kind (`vllm` in-process, `transformers`
+    `generate`, `openai` an OpenAI-compatible endpoint, or one added with
+    `judgeforge.judge.engines.register_engine`), or `package.module:Class` naming an engine class of
+    your own (a JudgeEngine taking this config). An unknown kind is an error listing the registered."""
     model: str = "default-judge"
     """Judge model: `default-judge` (the embedded SmolLM2 with judgeforge's shipped trained adapter
     merged in), `default` (the untrained SmolLM2 base), a local (merged) model dir or a hub id.
@@ -109,6 +111,14 @@ class EngineConfig(Config):
     requested ids, switches this engine to the fallback and logs it once. `on`: require it (such an
     endpoint is an error). `off`: never. The fallback (always for `api: chat`) reads no distribution:
     each sample's score is parsed from its text, and says so (`completion` of every answer)."""
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        # The registry lives with the engines, which import this module: looked up at validation time.
+        from judgeforge.judge.engines import check_kind
+
+        return check_kind(v)
 
     @field_validator("base_url")
     @classmethod

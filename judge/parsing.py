@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from judgeforge.data.templates import DEFAULT_SCALE, RESULT_MARKER, Scale
+from judgeforge.judge.prompts import DEFAULT_SCALE, RESULT_MARKER, Scale
 
 _MARKER_RE = re.compile(re.escape(RESULT_MARKER), re.IGNORECASE)
 # After the marker: optional separators / "Score:" / opening brackets or quotes, then a number.

@@ -86,8 +86,13 @@ class Judged:
         """'written', 'completed', or None (no vote)."""
         return "written" if self.written_value else "completed" if self.probs else None
 
+    @classmethod
+    def failed(cls, reason: str) -> "Judged":
+        """A sample that could not be drawn at all (a prompt too long): no text, the reason twice."""
+        return cls(written=ParseResult(reason=reason), completion=reason)
+
     def to_record(self) -> dict:
-        """The predictions.jsonl form (judge.scores.Judged.from_record reads it back)."""
+        """The predictions.jsonl sample record, its one layout (`from_record` reads it back)."""
         return {"text": self.text, "score": self.written.score, "verdict": self.written.verdict,
                 "reason": self.written.reason, "probs": self.probs, "finish_reason": self.finish_reason,
                 "n_tokens": self.n_tokens, "completion": self.completion}

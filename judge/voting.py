@@ -20,10 +20,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Sequence
 
-from judgeforge.data.templates import DEFAULT_SCALE, Scale
+from judgeforge.judge.prompts import DEFAULT_SCALE, Scale
 from judgeforge.judge.items import VERDICTS
 from judgeforge.judge.scores import Judged, average, expected
 
@@ -84,7 +84,12 @@ def _judged(slots: "SampleSlots | Sequence[Judged]") -> tuple[list[Judged], int,
     if isinstance(slots, SampleSlots):
         return [j for j in slots.judged if j is not None], slots.n_sampled, dict(slots.failures)
     js = list(slots)
-    return js, len(js), dict(Counter(j.written.reason for j in js if not j.written.ok))
+    return js, len(js), _failures(js)
+
+
+def _failures(js: Sequence[Judged]) -> dict[str, int]:
+    """Reason -> count of the samples whose text gave no valid value (score-only ones write none)."""
+    return dict(Counter(j.written.reason for j in js if not j.written.ok and j.finish_reason != "score_only"))
 
 
 def _written_stats(js: Sequence[Judged]) -> dict:
@@ -143,6 +148,40 @@ class Grade:
             "samples": self.samples,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Grade":
+        """The inverse of `to_dict` (a server's answer): the samples themselves do not travel, so a
+        rebuilt Grade has no `judged` (nor `samples`); keys that are no field are ignored."""
+        f = _result_fields(cls, d)
+        f["distribution"] = {int(k): v for k, v in f["distribution"].items()}
+        if f.get("score_probs") is not None:
+            f["score_probs"] = {int(k): p for k, p in f["score_probs"].items()}
+        return cls(**f)
+
+
+INTERNAL_FIELDS = ("judged", "swapped_judged")
+"""Result fields that stay in the process (the read samples); `to_dict` sends `samples` instead."""
+
+
+def value_of(result: dict):
+    """The value of a result in `to_dict` form: its score (a Grade) or its winner (a Comparison)."""
+    return result["score"] if "score" in result else result.get("winner")
+
+
+def probs_of(result: dict) -> dict | None:
+    """The judge's distribution in a `to_dict` form: `score_probs` (a Grade) or `probs` (a Comparison)."""
+    return result["score_probs"] if "score_probs" in result else result.get("probs")
+
+
+def _result_fields(cls, d: dict) -> dict:
+    """The fields of result class `cls` in a `to_dict` form (answers carry more: model, latency)."""
+    names = {f.name for f in fields(cls)} - set(INTERNAL_FIELDS)
+    missing = [f.name for f in fields(cls) if f.name in names and f.name not in d
+               and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise ValueError(f"not a {cls.__name__}: missing {', '.join(missing)}")
+    return {k: v for k, v in d.items() if k in names}
+
 
 def vote_scores(slots: "SampleSlots | Sequence[Judged]", scale: Scale = DEFAULT_SCALE) -> Grade:
     """Vote over read samples (a `SampleSlots` or a plain list of `Judged`)."""
@@ -186,6 +225,10 @@ class Comparison:
     confidence: float | None = None
     n_written: int = 0
     written_agreement: float | None = None
+    n_sampled: int = 0
+    """Samples drawn, both orders (what /v1/compare counts in the metrics, as /v1/grade does)."""
+    failures: dict[str, int] = field(default_factory=dict)
+    """Reason -> count over the samples whose text gave no valid verdict."""
     judged: list[Judged] = field(default_factory=list, repr=False)
     swapped_judged: list[Judged] | None = field(default=None, repr=False)
 
@@ -194,8 +237,13 @@ class Comparison:
         return [j.text for j in self.judged + (self.swapped_judged or [])]
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("judged", "swapped_judged")}
+        d = {k: v for k, v in self.__dict__.items() if k not in INTERNAL_FIELDS}
         return {**d, "samples": self.samples}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Comparison":
+        """The inverse of `to_dict` (a server's answer), without `judged` (see Grade.from_dict)."""
+        return cls(**_result_fields(cls, d))
 
 
 _FLIP = {"A": "B", "B": "A"}
@@ -247,5 +295,6 @@ def vote_verdicts(ab: Sequence[Judged], ba: Sequence[Judged] | None = None) -> C
                       reason=reason if winner is None else None, consistent=consistent,
                       swapped_votes=swapped, probs=probs,
                       confidence=(probs[winner] if probs else agreement) if winner else None,
+                      n_sampled=len(allj), failures=_failures(allj),
                       judged=list(ab), swapped_judged=list(ba) if ba is not None else None,
                       **_written_stats(allj))

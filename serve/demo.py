@@ -4,7 +4,7 @@
 
 Starts the real CLI in a subprocess (with a throwaway API key), waits for
 /health, POSTs one MT-Bench grading (data/vendor/prometheus-eval/mt_bench_eval.json,
-re-rendered through data.templates) with n samples, prints the answer beside
+re-rendered through judge.prompts) with n samples, prints the answer beside
 GPT-4's scores for the same response, and stops the server with SIGTERM.
 `mt_bench_requests` is also the benchmark's prompt source.
 """
@@ -25,7 +25,7 @@ VENDOR_MT_BENCH = Path(__file__).resolve().parents[1] / "data" / "vendor" / "pro
 def mt_bench_requests(limit: int | None = None, path: str | Path = VENDOR_MT_BENCH) -> list[dict]:
     """Real MT-Bench gradings as /v1/grade bodies (+ `gpt4_scores`, `response_model` for reference)."""
     from judgeforge.data.parsers import parse_prometheus_prompt
-    from judgeforge.data.templates import Scale
+    from judgeforge.judge.prompts import Scale
 
     out = []
     for rec in json.loads(Path(path).read_text()):
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from judgeforge.cli import configure_logging
+    from judgeforge.logs import configure_logging
 
     configure_logging()
     sys.exit(main())

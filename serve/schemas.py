@@ -10,14 +10,20 @@ hundred characters of anything a client sent (`safe_errors`, `FieldError.detail`
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+import operator
 import re
-from typing import Annotated, Any, Literal
+import types
+import typing
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
-from judgeforge.data.templates import RUBRIC_PRESETS, Rubric, Scale
+from judgeforge.judge.prompts import RUBRIC_PRESETS, Rubric, Scale
 from judgeforge.judge.items import CompareItem, GradeItem, Options
+from judgeforge.judge.voting import INTERNAL_FIELDS, Comparison, Grade
 
 _DESC_KEY = re.compile(r"^score(\d{1,3})_description$")
 
@@ -237,59 +243,63 @@ class CascadeFields(BaseModel):
         "included) by outcome: answered and timeout count against the budget, error does not")
 
 
-class GradeResponse(CascadeFields):
-    score: int | None = Field(description="voted score; null only when no sample has a vote (an engine "
-                              "that cannot complete scores and wrote none; see reason)")
-    reason: str | None = None
-    votes: list[int | None] = Field(description="one per sample: the score it wrote, else its completed "
-                                    "distribution's most probable value")
-    sources: list[str | None] = Field([], description="per vote: 'written' by the judge or 'completed'")
-    distribution: dict[str, int] = Field(description="votes per score")
-    agreement: float | None = Field(description="share of valid votes equal to the voted score")
-    mean: float | None
-    n_valid: int
-    n_unparseable: int = Field(description="samples that wrote no valid score themselves")
-    feedback: str | None = Field(description="feedback of one sample that voted with the majority")
-    score_probs: dict[str, float] | None = Field(
-        None, description="the judge's probability of each score, read after `[RESULT] ` following each "
-        "sample's feedback, renormalised over the scale and averaged over samples")
-    expected_score: float | None = Field(None, description="expectation of score_probs")
-    confidence: float | None = Field(None, description="the judge's probability of the voted score "
-                                     "(score_probs[score]); the vote agreement where no distribution")
-    n_written: int = Field(0, description="samples whose score the judge wrote itself")
-    written_agreement: float | None = Field(
-        None, description="of samples that wrote a score, the share whose written score is the completed "
-        "distribution's most probable value")
-    n_sampled: int = Field(0, description="samples drawn, re-samples included")
-    failures: dict[str, int] = {}
-    samples: list[str | None] | None = Field(None, description="raw sample texts (include_samples)")
-    model: str
-    adapter: str | None = None
-    rubric: str = Field(description="preset name or 'custom'")
-    scale: list[int]
-    latency_s: float
+RESULT_DOCS = {
+    "score": "voted score; null only when no sample has a vote (an engine that cannot complete scores "
+             "and wrote none; see reason)",
+    "votes": "one per sample: the score (verdict) it wrote, else its completed distribution's most probable value",
+    "sources": "per vote: 'written' by the judge or 'completed'",
+    "distribution": "votes per score (verdict)",
+    "agreement": "share of valid votes equal to the voted score",
+    "n_unparseable": "samples that wrote no valid value themselves",
+    "feedback": "feedback of one sample that voted with the majority",
+    "score_probs": "the judge's probability of each score, read after `[RESULT] ` following each sample's "
+                   "feedback, renormalised over the scale and averaged over samples",
+    "expected_score": "expectation of score_probs",
+    "confidence": "the judge's probability of the voted value (score_probs[score], probs[winner]); the vote "
+                  "agreement where no distribution",
+    "n_written": "samples whose value the judge wrote itself",
+    "written_agreement": "of samples that wrote a value, the share whose written value is the completed "
+                         "distribution's most probable one",
+    "n_sampled": "samples drawn, re-samples (and both orders) included",
+    "failures": "reason -> count of the samples that gave no valid value",
+    "winner": '"A", "B", or null (tie, inconsistent, unparseable: see reason)',
+    "probs": "P(A wins), P(B wins) from the completed distributions, averaged over samples and orders",
+    "consistent": "both orders: whether the swapped order gave the same winner",
+}
+"""OpenAPI descriptions of the result fields; the fields themselves are `judge.voting`'s."""
 
 
-class CompareResponse(CascadeFields):
-    winner: str | None = Field(description='"A", "B", or null (tie, inconsistent, unparseable: see reason)')
-    reason: str | None = None
-    votes: list[str | None]
-    swapped_votes: list[str | None] | None = None
-    distribution: dict[str, int]
-    agreement: float | None
-    consistent: bool | None = None
-    n_valid: int
-    n_unparseable: int
-    feedback: str | None
-    probs: dict[str, float] | None = Field(None, description="P(A wins), P(B wins) from the completed "
-                                           "distributions, averaged over samples and orders")
-    confidence: float | None = Field(None, description="probs[winner]")
-    n_written: int = 0
-    written_agreement: float | None = None
-    samples: list[str | None] | None = Field(None, description="raw sample texts, both orders (include_samples)")
-    model: str
-    adapter: str | None = None
-    latency_s: float
+def _json_type(tp: Any) -> Any:
+    """A result field's type as JSON carries it: int dict keys become strings (see `Grade.to_dict`)."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is dict and args[0] is int:
+        return dict[str, args[1]]
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return functools.reduce(operator.or_, map(_json_type, args))
+    return tp
+
+
+def _result_field(f: dataclasses.Field, tp: Any) -> tuple[Any, Any]:
+    if f.default_factory is not dataclasses.MISSING:
+        default = Field(default_factory=f.default_factory, description=RESULT_DOCS.get(f.name))
+    else:
+        default = Field(... if f.default is dataclasses.MISSING else f.default, description=RESULT_DOCS.get(f.name))
+    return _json_type(tp), default
+
+
+def result_model(name: str, result_cls: type, **extra: Any) -> type[BaseModel]:
+    """The response model of a result class: its `to_dict` fields, plus the answer's `extra` ones."""
+    hints = typing.get_type_hints(result_cls)
+    fields = {f.name: _result_field(f, hints[f.name]) for f in dataclasses.fields(result_cls)
+              if f.name not in INTERNAL_FIELDS}
+    fields["samples"] = (list[str | None] | None, Field(None, description="raw sample texts (include_samples)"))
+    return create_model(name, __base__=CascadeFields, **fields, **extra)
+
+
+_ANSWER = dict(model=(str, ...), adapter=(str | None, None), latency_s=(float, ...))
+GradeResponse = result_model("GradeResponse", Grade, **_ANSWER,
+                             rubric=(str, Field(description="preset name or 'custom'")), scale=(list[int], ...))
+CompareResponse = result_model("CompareResponse", Comparison, **_ANSWER)
 
 
 def apply_limits_to_openapi(spec: dict, cfg) -> dict:

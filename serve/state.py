@@ -19,10 +19,10 @@ from typing import Annotated, Awaitable, Callable
 
 from fastapi import Depends, HTTPException, Request
 
+from judgeforge.cascade.runtime import DeadlineExceeded, Grader, StoreDown, TeacherUnavailable
 from judgeforge.config import ConfigError
 from judgeforge.judge.engines import EngineDead, EngineError, JudgeEngine, PromptTooLong, UnknownAdapter
 from judgeforge.judge.judge import Judge
-from judgeforge.serve.cascade import Grader
 from judgeforge.serve.config import ServeConfig
 from judgeforge.serve.schemas import FieldError, validate_limits
 
@@ -113,7 +113,7 @@ class AppState:
         self.metrics = Metrics()
         self.admission = Admission(cfg.server.max_in_flight)
         self.alive, self.reason = engine.alive, None
-        # Cascade and store (serve/cascade.py); a pass-through when neither section is configured.
+        # Cascade and store (cascade/runtime.py); a pass-through when neither section is configured.
         self.grader = Grader(engine.model_name, cfg.cascade, cfg.store, teacher_engine,
                              on_teacher_call=lambda outcome: self.metrics.teacher_calls.labels(outcome).inc())
 
@@ -178,11 +178,18 @@ class AppState:
     # -- admitted work -------------------------------------------------------
 
     async def guarded_run(self, request: Request, n_items: int, work: Callable[[], Awaitable]):
-        """Admit, run with timeout, cancel on disconnect or engine death."""
+        """Admit, run with timeout, cancel on disconnect or engine death; the engine's and the
+        cascade runtime's refusals as status codes."""
         self._admit(n_items)
         task = asyncio.ensure_future(work())
         try:
             return await self._supervise(request, task)
+        except StoreDown as e:
+            raise HTTPException(503, f"judgment store unavailable: {e.reason}") from None
+        except TeacherUnavailable as e:
+            raise HTTPException(503, str(e)) from None
+        except DeadlineExceeded as e:
+            raise HTTPException(504, str(e)) from None
         except EngineDead as e:
             raise HTTPException(503, str(e)) from None
         except PromptTooLong as e:

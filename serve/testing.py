@@ -4,15 +4,17 @@
   an optional delay, cancellation counter and a `dead` switch: for testing HTTP
   logic (auth, limits, 429/504/503) without a model.
 - `ServerProcess`: `judgeforge serve` in a subprocess on a free port, waited
-  for via /health and stopped with SIGTERM (the real CLI, as deployed); with
-  `scripted=True` the same CLI over a ScriptedEngine instead of a model
-  (`python -m judgeforge.serve.testing [serve args]`), for tests of the real
-  server process (its uvicorn options, its logs) that need no model.
+  for via /health and stopped with SIGTERM (the real CLI, as deployed), or
+  another `entry` taking the same arguments (tests/serve/scripted_serve.py: the
+  same CLI over a ScriptedEngine, for tests of the real server process that
+  need no model).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import itertools
 import os
 import signal
@@ -21,16 +23,28 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
-from judgeforge.judge.engines import JudgeEngine, PromptTooLong, Sample, SampleRequest, UnknownAdapter
+from judgeforge.judge.engines import JudgeEngine, Sample, SampleRequest
 
 SCRIPTED_LOGPROBS = {"3": -1.2, "4": -0.4, "A": -0.4, "B": -1.2}
 """The completed choice log-probabilities a ScriptedEngine reports (those among the request's choices)."""
 
 
+@functools.lru_cache(maxsize=1)
+def shipped_tokenizer():
+    """The tokenizer that ships in the repo (the default judge's, judgeforge/default_judge/): test engines
+    render, count and bound prompts with the real chat template and vocabulary, as real engines do."""
+    from judgeforge.judge.engines import load_tokenizer
+    from judgeforge.models import SHIPPED_ADAPTER
+
+    return load_tokenizer(str(SHIPPED_ADAPTER))
+
+
 class ScriptedEngine(JudgeEngine):
     """Answers from a script of texts (cycled), each completed with SCRIPTED_LOGPROBS unless
-    `complete=False` (an endpoint that cannot continue a prompt); 1 token = 4 prompt characters."""
+    `complete=False` (an endpoint that cannot continue a prompt). Prompts are prepared as a real
+    engine prepares them (JudgeEngine.prepare), on the shipped tokenizer."""
 
     kind = "fake"
 
@@ -41,6 +55,7 @@ class ScriptedEngine(JudgeEngine):
         self.delay = delay
         self.max_model_len = max_model_len
         self.model_name = "fake-judge"
+        self.tokenizer = shipped_tokenizer()
         self._adapters = list(adapters)
         self.calls: list[SampleRequest] = []
         self.cancelled = 0
@@ -52,17 +67,6 @@ class ScriptedEngine(JudgeEngine):
     @property
     def alive(self):
         return not self.dead
-
-    def count_tokens(self, messages):
-        return sum(len(m["content"]) for m in messages) // 4
-
-    def prepare(self, req):
-        if req.adapter is not None and req.adapter not in self._adapters:
-            raise UnknownAdapter(req.adapter, self._adapters)
-        n = self.count_tokens(req.messages)
-        if n + req.max_tokens > self.max_model_len:
-            raise PromptTooLong(n, req.max_tokens, self.max_model_len)
-        return req
 
     def _samples(self, req):
         self.calls.append(req)
@@ -93,16 +97,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def app_in_thread(app, timeout_s: float = 30):
+    """A real uvicorn server for `app` in a daemon thread on a free port, yielded once it listens
+    (`.url` and `.app` set), stopped on exit: an in-process server whose app a test can inspect."""
+    import threading
+
+    import uvicorn
+
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while not srv.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("test server did not start")
+        time.sleep(0.05)
+    srv.url, srv.app = f"http://127.0.0.1:{port}", app
+    try:
+        yield srv
+    finally:
+        srv.should_exit = True
+        thread.join(timeout_s)
+
+
 class ServerProcess:
     """`judgeforge serve` in a subprocess (the real CLI), stopped with SIGTERM."""
 
     def __init__(self, config: Path | None, overrides: list[str], env: dict | None = None,
-                 log: Path | None = None, scripted: bool = False):
+                 log: Path | None = None, entry: Sequence[str] = ("-m", "judgeforge.cli", "serve")):
+        """`entry`: what `python` runs, given `judgeforge serve`'s arguments."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        entry = ["judgeforge.serve.testing"] if scripted else ["judgeforge.cli", "serve"]
-        cmd = [sys.executable, "-m", *entry, *(["--config", str(config)] if config else []),
+        cmd = [sys.executable, *entry, *(["--config", str(config)] if config else []),
                "--port", str(self.port), *overrides]
         self.out = open(log, "w") if log else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=self.out,
@@ -216,17 +245,3 @@ class VLLMServe:
                 os.killpg(self.proc.pid, signal.SIGKILL)  # the server's own session only
                 self.proc.wait(10)
 
-
-def serve_scripted(argv: list[str]) -> int:
-    """`judgeforge serve ARGV` as deployed (the CLI: config, logging, uvicorn and its options) over a
-    ScriptedEngine (env JUDGEFORGE_SCRIPTED_DELAY: its delay in seconds) instead of a model."""
-    from judgeforge import cli
-    from judgeforge.judge import engines
-
-    delay = float(os.environ.get("JUDGEFORGE_SCRIPTED_DELAY", "0"))
-    engines.build_engine = lambda cfg: ScriptedEngine(delay=delay)  # serve's main looks it up at call time
-    return cli.main(["serve", *argv])
-
-
-if __name__ == "__main__":
-    sys.exit(serve_scripted(sys.argv[1:]))

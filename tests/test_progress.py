@@ -170,7 +170,7 @@ def test_durations(seconds, text):
 
 def test_judge_batches_log_their_progress(monkeypatch, lines):
     """`Judge.grade/compare(progress=True)` (what `judgeforge eval` asks for) report per engine batch."""
-    from judgeforge.data.templates import rubric_preset
+    from judgeforge.judge.prompts import rubric_preset
     from judgeforge.judge.config import SamplingConfig
     from judgeforge.judge.items import CompareItem, GradeItem
     from judgeforge.judge.judge import BATCH, Judge

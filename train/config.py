@@ -194,6 +194,12 @@ class TrainConfig(Config):
     """Logging and wandb."""
     distill: DistillSection = DistillSection()
     """Pairwise-to-pointwise distillation loss (off by default)."""
+    continue_from: str | None = None
+    """A continual round (train/rounds.py): the trained adapter (a run dir or its `adapter/`) to continue
+    on the next window of its data. `model.adapter` becomes it, and every `data.sources` entry of a
+    build the adapter took a window of (recorded in its judgeforge.json) starts where that window
+    ended: `offset` = its end, `limit` kept (unset: the window's size). `judgeforge train --continue
+    ADAPTER` sets it; without `--config` the round reuses the adapter's own recipe."""
     precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
     """Mixed precision. `auto` (judgeforge.hardware): bf16 on GPUs; on a CPU bf16 autocast only
     where the CPU has native bf16 (avx512_bf16/AMX, Arm bf16), else fp32 (emulated bf16 matmuls are

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from judgeforge.config import ConfigError
-from judgeforge.data.templates import TEMPLATE_VERSION, score_target
+from judgeforge.judge.prompts import TEMPLATE_VERSION, score_target
 from judgeforge.io import read_jsonl, sha256_file
 
 

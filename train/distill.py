@@ -66,7 +66,7 @@ def score_readout(tokenizer, scale: tuple[int, int]) -> ranking.Readout:
 def score_prompt_ids(tokenizer, pair: Pair, response: str, scale: tuple[int, int],
                      readout: ranking.Readout) -> list[int]:
     """Chat-templated absolute prompt of one response (exactly the served prompt) + `[RESULT] ` + chain."""
-    from judgeforge.data.templates import Rubric, Scale, absolute_messages
+    from judgeforge.judge.prompts import Rubric, Scale, absolute_messages
     from judgeforge.judge.engines.base import prompt_token_ids
 
     msgs = absolute_messages(pair.instruction, response, Rubric.from_dict(pair.rubric), pair.reference_answer,

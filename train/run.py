@@ -2,6 +2,7 @@
 
     judgeforge train --config configs/train/default.yaml [key=value ...]
     judgeforge train --config configs/train/prometheus-bgb-8x7b.yaml --num-gpus 8
+    judgeforge train --continue runs/train/round1 --out runs/train/round2 [--config ...]
 
 Run directory (`out`): config.yaml (resolved), data.json (sources, manifest
 hashes, counts, dropped ids), samples.jsonl (example ids per step),
@@ -10,6 +11,9 @@ adapter weights, tokenizer, config.yaml, judgeforge.json with the template
 version), loss.json + loss.png, and with `distill.enabled` distill.json (the
 preference pairs' counts and their ordering by E[score] before and after
 training). Rerunning the same command continues from the last complete checkpoint.
+`--continue ADAPTER` (`continue_from`) trains the next round: the adapter, continued on the next
+window of the data build it trained on (train/rounds.py), with the adapter's own recipe unless
+`--config` names one.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from judgeforge.judge.adapters import meta_path
 from judgeforge.train.config import TrainConfig
 
 # Config sections that define the training result; a resumed run must not change them.
-RESULT_FIELDS = ("model", "lora", "data", "optim", "precision", "seed", "distill")
+RESULT_FIELDS = ("model", "lora", "data", "optim", "precision", "seed", "distill", "continue_from")
 REPO = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
 
@@ -37,10 +41,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = command_parser("judgeforge train", __doc__.split("\n\n")[0])
     parser.add_argument("--num-gpus", type=int, help="processes to launch (>1: accelerate + ZeRO-3)")
     parser.add_argument("--out", help="run directory (overrides `out`)")
+    parser.add_argument("--continue", dest="continue_from", metavar="ADAPTER",
+                        help="next continual round of this adapter (run dir or adapter/): its next data "
+                             "window, its recipe unless --config is given")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    cfg = load_config(TrainConfig, args.config, args.overrides,
-                      extra={"num_gpus": args.num_gpus, "out": args.out})
+    recipe = args.config or (adapter_path(args.continue_from) / "config.yaml" if args.continue_from else None)
+    cfg = load_config(TrainConfig, recipe, args.overrides,
+                      extra={"num_gpus": args.num_gpus, "out": args.out, "continue_from": args.continue_from})
     if cfg.num_gpus > 1 and "LOCAL_RANK" not in os.environ:  # not yet inside `accelerate launch`
         return launch_distributed(cfg, argv)
     print(train(cfg))
@@ -76,7 +84,7 @@ def launch_distributed(cfg: TrainConfig, argv: list[str]) -> int:
 
 def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
     """Train (or resume) the run `cfg.out`; returns the final adapter directory."""
-    cfg = resolve_precision(cfg)
+    cfg = resolve_precision(resolve_continue(cfg))
     out = Path(cfg.out)
     adapter_dir = out / "adapter"
     if _check_run_dir(cfg, out) and meta_path(adapter_dir) is not None:
@@ -222,6 +230,27 @@ def sft_args(cfg: TrainConfig, ckpt_dir: Path, has_eval: bool):
     )
 
 
+def resolve_continue(cfg: TrainConfig) -> TrainConfig:
+    """`continue_from` decided: the adapter and the next window of each build it took one of."""
+    if not cfg.continue_from:
+        return cfg
+    import yaml
+
+    from judgeforge.judge.adapters import read_meta
+    from judgeforge.train import rounds
+
+    adapter = adapter_path(cfg.continue_from)
+    rounds.check_out(cfg.out, adapter)
+    saved = adapter / "config.yaml"
+    meta = read_meta(adapter)
+    windows = rounds.windows_of(meta, yaml.safe_load(saved.read_text()) if saved.is_file() else None)
+    cfg, used = rounds.continue_round(cfg, cfg.continue_from, windows, meta)
+    for w in used:
+        rounds.check_build(w, cfg.continue_from)
+        log.info("continuing %s on %s from position %d", cfg.continue_from, w.path, w.end)
+    return cfg
+
+
 def resolve_precision(cfg: TrainConfig) -> TrainConfig:
     """`precision: auto` decided for this machine (judgeforge.hardware), logged once."""
     if cfg.precision != "auto":
@@ -242,7 +271,7 @@ def _load_model(cfg: TrainConfig):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from judgeforge.models import resolve_model
+    from judgeforge.judge.weights import resolve_model
 
     name = resolve_model(cfg.model.name)
     dtype = cfg.model.dtype if cfg.model.dtype != "auto" else \
@@ -361,8 +390,9 @@ def _evaluated_at(trainer, step: int) -> bool:
 def _save_final(cfg: TrainConfig, trainer, adapter_dir: Path, mix) -> None:
     """Adapter + tokenizer + config + judgeforge.json, moved into place only when complete."""
     from judgeforge.judge.adapters import META_FILE, new_meta
-    from judgeforge.models import resolve_model
+    from judgeforge.judge.weights import resolve_model
     from judgeforge.train.lora import lora_summary
+    from judgeforge.train.rounds import window_record
 
     staging = adapter_dir.with_name(".adapter.staging")
     trainer.save_model(str(staging))  # every rank takes part (ZeRO-3 gathers the weights)
@@ -374,7 +404,8 @@ def _save_final(cfg: TrainConfig, trainer, adapter_dir: Path, mix) -> None:
         base_model=cfg.model.name,
         base_model_resolved=resolve_model(cfg.model.name) if cfg.model.name == "default" else cfg.model.name,
         continued_from=str(adapter_path(cfg.model.adapter)) if cfg.model.adapter else None,
-        data=[{k: s[k] for k in ("path", "manifest_sha256", "train_sha256", "used")} for s in mix.sources],
+        data=[{**{k: s[k] for k in ("path", "manifest_sha256", "train_sha256", "used")},
+               "window": window_record(s["offset"], s["limit"], cfg.data.seed)} for s in mix.sources],
         global_step=trainer.state.global_step, lora_dropout=cfg.lora.dropout, target=cfg.data.target,
         lora_modules=len(summary["modules"]), lora_parameters=summary["parameters"],
         trainable_params=summary["trainable_params"]))
@@ -389,7 +420,7 @@ def read_samples(out: str | Path) -> list[dict]:
 
 
 if __name__ == "__main__":
-    from judgeforge.cli import configure_logging
+    from judgeforge.logs import configure_logging
 
     configure_logging()
     sys.exit(main())

@@ -4,36 +4,83 @@
     engine.generate([SampleRequest(...)])
 
 Each engine module imports its framework lazily, on construction: importing this package never
-imports torch or vLLM. `register_engine` adds a kind (tests register doubles this way).
+imports torch or vLLM. `register_engine` adds a kind; a config may also name an engine class of its
+own as `kind: package.module:Class`.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import re
+import sys
 from typing import Callable
 
+from judgeforge.config import ConfigError
 from judgeforge.judge.engines.base import *  # noqa: F401,F403  (the contract is this package's API)
 from judgeforge.judge.engines.base import JudgeEngine
+from judgeforge.judge.registry import Registry, UnknownName
 
-ENGINES: dict[str, str | Callable[..., JudgeEngine]] = {
-    "vllm": "judgeforge.judge.engines.vllm:VLLMEngine",
-    "transformers": "judgeforge.judge.engines.hf:TransformersEngine",
-    "openai": "judgeforge.judge.engines.openai:OpenAIEngine",
-}
+EngineFactory = Callable[..., JudgeEngine]
+
+ENGINES: Registry[str | EngineFactory] = Registry("engine kind")
 """kind -> "module:Class" (imported on first use) or a factory taking the EngineConfig."""
+ENGINES.register("vllm", "judgeforge.judge.engines.vllm:VLLMEngine")
+ENGINES.register("transformers", "judgeforge.judge.engines.hf:TransformersEngine")
+ENGINES.register("openai", "judgeforge.judge.engines.openai:OpenAIEngine")
+
+_CLASS_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 
 
-def register_engine(kind: str, factory: "str | Callable[..., JudgeEngine]") -> None:
-    ENGINES[kind] = factory
+def register_engine(kind: str, factory: "str | EngineFactory | None" = None, *, replace: bool = False):
+    """Add an engine kind: a factory taking the EngineConfig, or a "module:Class"; without `factory`,
+    a decorator (`@register_engine("mine")` over a JudgeEngine subclass)."""
+    return ENGINES.register(kind, factory, replace=replace)
+
+
+def check_kind(kind: str) -> str:
+    """An engine kind a config may name: a registered one, or "module:Class" of an importable module
+    (the class itself is imported when the engine is built, so a config loads without its framework)."""
+    if kind in ENGINES:
+        return kind
+    if not isinstance(kind, str) or not _CLASS_PATH.match(kind):
+        raise UnknownName(f"unknown engine kind {kind!r}; registered: {', '.join(ENGINES.names())} "
+                          "(or 'package.module:Class' for an engine class of your own)")
+    module = kind.split(":")[0]
+    if not _importable(module):
+        raise ConfigError(f"engine kind {kind!r}: no module {module!r} to import")
+    return kind
+
+
+def _importable(module: str) -> bool:
+    if module in sys.modules:  # also modules loaded outside sys.path (pytest's importlib mode)
+        return True
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def engine_factory(kind: str) -> EngineFactory:
+    """What builds an engine of `kind`: the registered factory, or the class a "module:Class" names."""
+    target = ENGINES.get(kind) if kind in ENGINES else check_kind(kind)
+    return _import_class(target) if isinstance(target, str) else target
+
+
+def _import_class(path: str) -> EngineFactory:
+    module, name = path.split(":")
+    try:
+        obj = getattr(importlib.import_module(module), name)
+    except ImportError as e:
+        raise ConfigError(f"engine kind {path!r}: cannot import {module!r} ({e})") from None
+    except AttributeError:
+        raise ConfigError(f"engine kind {path!r}: module {module!r} has no {name!r}") from None
+    if isinstance(obj, type) and not issubclass(obj, JudgeEngine):
+        raise ConfigError(f"engine kind {path!r}: {name} is not a judgeforge.judge.engines.JudgeEngine")
+    return obj
 
 
 def build_engine(cfg) -> JudgeEngine:
     """The engine named by `cfg.kind` (a ServeConfig's `engine` section is used)."""
     cfg = getattr(cfg, "engine", cfg)
-    factory = ENGINES.get(cfg.kind)
-    if factory is None:
-        raise ValueError(f"unknown engine kind {cfg.kind!r}; registered: {sorted(ENGINES)}")
-    if isinstance(factory, str):
-        module, name = factory.split(":")
-        factory = getattr(importlib.import_module(module), name)
-    return factory(cfg)
+    return engine_factory(cfg.kind)(cfg)

@@ -120,7 +120,7 @@ def prompt_token_ids(tokenizer, messages: list[dict]) -> list[int]:
 def load_tokenizer(name_or_path: str):
     from transformers import AutoTokenizer
 
-    from judgeforge.models import resolve_model
+    from judgeforge.judge.weights import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model(name_or_path))
 

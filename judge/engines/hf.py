@@ -34,7 +34,7 @@ class TransformersEngine(JudgeEngine):
         import torch
         from transformers import AutoModelForCausalLM
 
-        from judgeforge.models import resolve_model
+        from judgeforge.judge.weights import resolve_model
 
         self.cfg = cfg
         if cfg.cpu_threads:

@@ -117,7 +117,7 @@ class VLLMEngine(LoopThreadEngine):
         from vllm.lora.request import LoRARequest
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        from judgeforge.models import resolve_model
+        from judgeforge.judge.weights import resolve_model
 
         self.cfg = cfg
         self.counts = dict.fromkeys(("queried_tokens", "cached_tokens", "generated_tokens", "preempted"), 0)

@@ -41,6 +41,7 @@ import sys
 import time
 
 from judgeforge.judge.engines.shm import held_inodes, remove_unheld
+from judgeforge.logs import LOG_FORMAT
 
 POLL_S = 0.5
 """How often the parent's descendants are recorded (a /proc scan: a few ms)."""
@@ -176,8 +177,7 @@ def end(procs, grace: float = GRACE_S) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # judgeforge.cli's, on the same stderr
-    logging.basicConfig(level=logging.INFO, format=fmt, stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)  # the CLI's, same stderr
     parent = int((argv if argv is not None else sys.argv[1:])[0])
     recorded = watch(parent)
     if recorded is not None:

@@ -2,7 +2,7 @@
 
 Each one checks every item before admission (`AppState.check`), then runs the
 judge under `AppState.guarded_run` (429/503/504/499) and times it per route. Every item goes
-through `AppState.grader` (serve/cascade.py): the store's cache, the teacher on low confidence,
+through `AppState.grader` (cascade/runtime.py): the store's cache, the teacher on low confidence,
 the durable store write; a pass-through without `cascade:`/`store:`. Cascade fields an answer
 does not set are left out of it (`response_model_exclude_unset`).
 """
@@ -14,7 +14,7 @@ import time
 
 from fastapi import APIRouter, Depends, Request
 
-from judgeforge.serve.cascade import Answered
+from judgeforge.cascade.runtime import Answered
 from judgeforge.serve.schemas import (CompareBatchRequest, CompareRequest, CompareResponse,
                                       GradeBatchRequest, GradeRequest, GradeResponse, rubric_name)
 from judgeforge.serve.state import AppState, State, require_key
@@ -22,24 +22,31 @@ from judgeforge.serve.state import AppState, State, require_key
 router = APIRouter(dependencies=[Depends(require_key)])
 
 
-def grade_out(state: AppState, req: GradeRequest, ans: Answered, t0: float) -> GradeResponse:
-    metrics, out = state.metrics, {**ans.out, **ans.extras}
+def _count(state: AppState, out: dict) -> None:
+    """The judge metrics of one answer, the same for grade and compare (samples, parse failures, nulls)."""
+    metrics = state.metrics
     metrics.samples.inc(out.get("n_sampled", 0))
     metrics.parse_failures.inc(sum(out.get("failures", {}).values()))
-    if out["score"] is None:
+    if not out.get("n_valid"):  # no sample voted (a compare's tie has votes: not a null result)
         metrics.null_scores.inc()
+
+
+def _answer(state: AppState, req, ans: Answered) -> dict:
+    out = {**ans.out, **ans.extras}
+    _count(state, out)
     if not req.include_samples:
         out["samples"] = None
-    return GradeResponse(**out, model=ans.model, adapter=req.adapter,
+    return out
+
+
+def grade_out(state: AppState, req: GradeRequest, ans: Answered, t0: float) -> GradeResponse:
+    return GradeResponse(**_answer(state, req, ans), model=ans.model, adapter=req.adapter,
                          rubric=rubric_name(req.rubric), scale=req.scale or [1, 5],
                          latency_s=time.monotonic() - t0)
 
 
 def compare_out(state: AppState, req: CompareRequest, ans: Answered, t0: float) -> CompareResponse:
-    out = {**ans.out, **ans.extras}
-    if not req.include_samples:
-        out["samples"] = None
-    return CompareResponse(**out, model=ans.model, adapter=req.adapter,
+    return CompareResponse(**_answer(state, req, ans), model=ans.model, adapter=req.adapter,
                            latency_s=time.monotonic() - t0)
 
 

@@ -8,12 +8,12 @@ import logging
 import pytest
 
 from judgeforge import cli
-from judgeforge.cascade.calibration import agrees, calibrate
+from judgeforge.eval.calibration import agrees, calibrate
 from judgeforge.cascade.config import CalibrateConfig
-from judgeforge.cascade.records import from_records
+from judgeforge.eval.cascade_inputs import from_records
 from judgeforge.cascade.testing import synthetic_predictions
 from judgeforge.config import ConfigError, load_config
-from judgeforge.data.templates import Scale
+from judgeforge.judge.prompts import Scale
 from judgeforge.io import write_jsonl
 
 

@@ -16,7 +16,7 @@ from judgeforge.config import ConfigError, load_config
 from judgeforge.data.config import BuildConfig
 from judgeforge.data.readers import looks_like_hub_id
 from judgeforge.data.schema import Judgment
-from judgeforge.data.templates import Rubric, absolute_prompt
+from judgeforge.judge.prompts import Rubric, absolute_prompt
 
 from .conftest import REPO, build, read_lines
 

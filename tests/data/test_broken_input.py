@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from judgeforge.data.templates import Rubric, absolute_prompt
+from judgeforge.judge.prompts import Rubric, absolute_prompt
 
 from .conftest import build, read_lines
 

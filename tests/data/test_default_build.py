@@ -8,7 +8,7 @@ import re
 from judgeforge.data.parsers import P1_FORMAT_LINE, P2_FORMAT_LINE
 from judgeforge.data.schema import Judgment
 from judgeforge.data.validate import clean_feedback
-from judgeforge.data.templates import ABS_SYSTEM_PROMPT, TEMPLATE_VERSION, Scale, absolute_prompt
+from judgeforge.judge.prompts import ABS_SYSTEM_PROMPT, TEMPLATE_VERSION, Scale, absolute_prompt
 
 from .conftest import REPO, read_lines
 

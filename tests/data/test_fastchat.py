@@ -8,7 +8,7 @@ from collections import Counter
 
 from judgeforge.data.parsers import FASTCHAT_CRITERIA, MULTI_TURN_PREAMBLE, parse_fastchat_prompt
 from judgeforge.data.schema import Judgment
-from judgeforge.data.templates import absolute_prompt
+from judgeforge.judge.prompts import absolute_prompt
 
 from .conftest import REPO, read_lines
 

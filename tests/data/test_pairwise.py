@@ -9,7 +9,7 @@ import pytest
 
 from judgeforge.data import pairwise as P
 from judgeforge.data.parsers import make_context, parse_fastchat
-from judgeforge.data.templates import REL_SYSTEM_PROMPT, relative_prompt
+from judgeforge.judge.prompts import REL_SYSTEM_PROMPT, relative_prompt
 
 from .conftest import REPO, build, read_lines
 

@@ -67,7 +67,7 @@ def test_edge_cases_match_the_reference(tmp_path):
     """A placeholder-like string in the rubric, a blank reference, typed extras (True vs 1), non-BMP text."""
     from judgeforge.data.build import Kept, encode_lines
     from judgeforge.data.records import ItemCache, Spool, SpoolWriter, content_hash, encode
-    from judgeforge.data.templates import Rubric, Scale
+    from judgeforge.judge.prompts import Rubric, Scale
 
     rubric = Rubric("Uses @@jf-instruction-4c1d@@ well?", {1: "bad", 2: "ok \U0001f600"})
     js = [Judgment("Q \u2028 line", "A \"x\"", rubric, "fb", 2, Scale(1, 2), reference_answer="  ",
@@ -101,7 +101,7 @@ def test_rubric_keys_are_normalised_or_reused(tmp_path, levels):
     levels sort differently in the key union); otherwise the writer normalises it."""
     from judgeforge.data.build import Kept, _key_union, encode_lines
     from judgeforge.data.records import ItemCache, Spool, SpoolWriter, encode
-    from judgeforge.data.templates import Rubric, Scale
+    from judgeforge.judge.prompts import Rubric, Scale
 
     spool = Spool(tmp_path)
     writer = SpoolWriter(spool.new_file())

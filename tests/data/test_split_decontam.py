@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from judgeforge.data.decontam import NgramIndex, normalise
 from judgeforge.data.schema import Judgment
 from judgeforge.data.split import apply_policy, choose_test_models, split_records
-from judgeforge.data.templates import Rubric
+from judgeforge.judge.prompts import Rubric
 
 from .conftest import build, read_lines
 

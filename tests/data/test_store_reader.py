@@ -1,4 +1,4 @@
-"""The `store` reader: a serving replica's judgment store (cascade/store.py) -> training records of the
+"""The `store` reader: a serving replica's judgment store (data/store.py) -> training records of the
 teacher's judgments, with reasons for rejects, counts, and incremental builds (`since`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from judgeforge.cascade.store import JudgmentStore, LocalResult, Record, Request, TeacherResult
+from judgeforge.data.store import JudgmentStore, LocalResult, Record, Request, TeacherResult
 from judgeforge.cascade.testing import corrupt_pages, fill_store
 from judgeforge.config import ConfigError
 from judgeforge.data.build import main
@@ -136,7 +136,7 @@ def test_since_must_be_a_build_manifest(tmp_path, store_path):
 
 # --- issue 18: corrupt stores, read-only reading, copies, re-grades ------------------------------------
 
-WRITER = Path(__file__).parents[1] / "cascade" / "store_writer.py"
+WRITER = Path(__file__).with_name("store_writer.py")
 
 
 def cli_build(tmp_path: Path, *paths: Path) -> int:

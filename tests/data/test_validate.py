@@ -109,7 +109,7 @@ _PIECES = ("The response is accurate.", "[RESULT] {k}", "So the overall score is
 @given(st.lists(st.tuples(st.sampled_from(_PIECES), st.integers(1, 5)), max_size=4), st.integers(1, 5))
 def test_a_served_teacher_judgment_is_one_a_build_keeps(pieces, score):
     from judgeforge.data.parsers import make_context, make_judgment
-    from judgeforge.data.templates import rubric_preset
+    from judgeforge.judge.prompts import rubric_preset
     from judgeforge.judge.engines import Sample
     from judgeforge.judge.items import GradeItem
     from judgeforge.judge.judge import read

@@ -9,19 +9,20 @@ from judgeforge.config import load_config
 from judgeforge.eval import run as R
 from judgeforge.eval.config import EvalConfig
 from judgeforge.judge.engines import JudgeEngine, Sample
+from judgeforge.serve.testing import shipped_tokenizer
 
 
 class BiasedEngine(JudgeEngine):
     """Obeys the injection line (top score) and always prefers the response shown first; otherwise a
-    stable per-prompt score. Every sample carries completed log-probabilities, as real engines do."""
+    stable per-prompt score. Every sample carries completed log-probabilities, as real engines do, and
+    its prompts are prepared on the shipped tokenizer, as a real engine prepares them."""
 
     kind = "biased"
+    max_model_len = 4096
 
     def __init__(self, cfg):
         self.model_name = cfg.model
-
-    def prepare(self, req):
-        return req
+        self.tokenizer = shipped_tokenizer()
 
     def generate(self, requests):
         return [[self._sample(req) for _ in range(req.n)] for req in requests]
@@ -36,17 +37,12 @@ class BiasedEngine(JudgeEngine):
                       finish_reason="score_only" if not req.feedback else "stop", choice_logprobs=lps)
 
 
-class _WordTok:
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": text.split()}
-
-
 @pytest.fixture
 def biased_engine(monkeypatch):
     import judgeforge.judge.engines as E
 
     monkeypatch.setattr(E, "build_engine", lambda cfg: BiasedEngine(cfg))
-    monkeypatch.setattr(R, "_length_tokenizer", lambda cfg: _WordTok())
+    monkeypatch.setattr(R, "_length_tokenizer", lambda cfg: shipped_tokenizer())
 
 
 @pytest.fixture

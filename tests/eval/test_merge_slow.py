@@ -14,7 +14,7 @@ def test_adapter_merged_once_and_cached(tmp_path, default_model_dir):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from judgeforge.data.templates import TEMPLATE_VERSION
+    from judgeforge.judge.prompts import TEMPLATE_VERSION
     from judgeforge.eval.judges import merged_model_dir
 
     base = AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32)

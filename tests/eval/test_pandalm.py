@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from judgeforge.eval import sets as S
-from judgeforge.eval.config import PAIRWISE_KINDS, SET_KINDS, SetConfig
+from judgeforge.eval.config import SET_KINDS, SetConfig
 from judgeforge.eval.report import _published_lines, published_figures
 from judgeforge.eval.run import load_set
 
@@ -43,7 +43,7 @@ def test_pandalm_bad_label_names_record(tmp_path):
 
 
 def test_pandalm_is_a_pairwise_set_with_both_modes():
-    assert "pandalm" in SET_KINDS and "pandalm" in PAIRWISE_KINDS
+    assert "pandalm" in SET_KINDS and SET_KINDS.get("pandalm").pairwise
     sc = SetConfig(name="pandalm", kind="pandalm", path=str(FIXTURE), modes=["absolute", "relative"])
     assert sc.role == "human"
     es = load_set(sc, seed=0)

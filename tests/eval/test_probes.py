@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from judgeforge.data.templates import Scale
+from judgeforge.judge.prompts import Scale
 from judgeforge.eval import probes as P
 from judgeforge.eval import run as R
 
@@ -172,7 +172,7 @@ def test_probes_off_and_restricted(tmp_path, probe_config):
 
 
 def test_swapped_pair_exchanges_responses_and_label():
-    from judgeforge.data.templates import Rubric
+    from judgeforge.judge.prompts import Rubric
     from judgeforge.eval.sets import PairItem
 
     it = PairItem(id="p", instruction="q", response_a="x", response_b="y", rubric=Rubric("c"), human="a")

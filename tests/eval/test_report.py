@@ -13,23 +13,22 @@ from judgeforge.eval import compare as C
 from judgeforge.eval import run as R
 from judgeforge.eval.config import EvalConfig
 from judgeforge.eval.report import render_markdown
-from judgeforge.judge.engines import JudgeEngine, PromptTooLong, Sample
+from judgeforge.judge.engines import JudgeEngine, Sample
+from judgeforge.serve.testing import shipped_tokenizer
 
 
 class FakeEngine(JudgeEngine):
-    """Deterministic stand-in for a serve engine: scores near the reference, some garbage."""
+    """Deterministic stand-in for a serve engine: scores near the reference, some garbage. Prompts are
+    rendered, counted and bounded (4096 tokens) on the shipped tokenizer, as by a real engine."""
 
     kind = "fake"
+    max_model_len = 4096
 
     def __init__(self, cfg):
         self.model_name = cfg.model
+        self.tokenizer = shipped_tokenizer()
         self.noise = 0 if "good" in cfg.model else 2
         self.rng = random.Random(cfg.model)
-
-    def prepare(self, req):
-        if "TOO LONG" in req.messages[-1]["content"]:
-            raise PromptTooLong(9999, req.max_tokens, 4096)
-        return req
 
     def generate(self, requests):
         return [[self._sample(req) for _ in range(req.n)] for req in requests]
@@ -61,12 +60,7 @@ def fake_engine(monkeypatch):
     import judgeforge.judge.engines as E
 
     monkeypatch.setattr(E, "build_engine", lambda cfg: FakeEngine(cfg))
-    monkeypatch.setattr(R, "_length_tokenizer", lambda cfg: _WordTok())
-
-
-class _WordTok:
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": text.split()}
+    monkeypatch.setattr(R, "_length_tokenizer", lambda cfg: shipped_tokenizer())
 
 
 def _cfg(tmp_path, vendor, judges=("base", "good")):
@@ -148,10 +142,10 @@ def test_recompute_reproduces_metrics(tmp_path, vendor, fake_engine):
 def test_prompt_too_long_is_a_counted_failure(tmp_path, vendor, fake_engine, monkeypatch):
     from judgeforge.eval import judges as J
     from judgeforge.eval.sets import AbsItem
-    from judgeforge.data.templates import Rubric
+    from judgeforge.judge.prompts import Rubric
 
     units = J.build_units([R.S.EvalSet("s", "absolute", "gpt-4", [
-        AbsItem(id="x", instruction="TOO LONG", response="r", rubric=Rubric("c"), ref_score=3.0),
+        AbsItem(id="x", instruction="too long " * 3000, response="r", rubric=Rubric("c"), ref_score=3.0),
         AbsItem(id="y", instruction="fine", response="r", rubric=Rubric("c"), ref_score=3.0)], "mem", 2)], {})
     cfg = _cfg(tmp_path, vendor)
     recs, timing = J.grade_units(FakeEngine(cfg.judges[0].engine), units, n=2, sampling=cfg.sampling)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from judgeforge.config import ConfigError
-from judgeforge.data.templates import absolute_prompt, rubric_preset
+from judgeforge.judge.prompts import absolute_prompt, rubric_preset
 from judgeforge.eval import sets as S
 
 P1 = '"Feedback: (write a feedback for criteria) [RESULT]'
@@ -147,8 +147,10 @@ def test_one_shared_sniffer():
 def test_unreadable_line_names_file_line_and_column(tmp_path):
     p = tmp_path / "autoj.jsonl"
     p.write_text(json.dumps(AUTOJ[0]) + "\n" + '{"label": 1, "prompt" "p"}\n')
-    with pytest.raises(ConfigError, match=r"autoj.jsonl line 2: bad JSON at column 23: Expecting .:. delimiter"):
-        S.load_autoj(str(p))
+    records = S.Records()  # a bad line is the builder's unreadable_line reject, not the end of the set
+    assert len(S.load_autoj(str(p), records=records)[0]) == 1
+    assert records.rejects == [{"place": "line 2", "reason": "unreadable_line",
+                                "detail": "bad JSON at column 23: Expecting ':' delimiter (read as JSONL)"}]
     garbage = tmp_path / "set.json"
     garbage.write_text("label,prompt\n1,p\n")
     with pytest.raises(ConfigError, match=r"set.json is neither JSON Lines .* line 1 column 1"):
@@ -168,10 +170,14 @@ def test_hhh_file_given_as_autoj_names_the_layouts(vendor):
 def test_record_missing_label_names_its_line(tmp_path):
     p = tmp_path / "autoj.jsonl"
     p.write_text(json.dumps(AUTOJ[0]) + "\n\n" + json.dumps({k: v for k, v in AUTOJ[1].items() if k != "label"}) + "\n")
-    with pytest.raises(S.SetLayoutError, match=r"autoj.jsonl line 3: missing 'label'; expected the 'autoj'"):
+    records = S.Records()
+    assert len(S.load_autoj(str(p), records=records)[0]) == 1
+    assert records.rejects == [{"place": "line 3", "reason": "missing_field", "detail": "missing 'label'"}]
+    p.write_text(json.dumps({k: v for k, v in AUTOJ[1].items() if k != "label"}) + "\n")
+    with pytest.raises(S.SetLayoutError, match=r"autoj.jsonl line 1: missing 'label'; expected the 'autoj'"):
         S.load_autoj(str(p))
     p.write_text(json.dumps(dict(AUTOJ[0], label="first")) + "\n")
-    with pytest.raises(S.SetLayoutError, match=r"line 1: ValueError: .*'first'"):
+    with pytest.raises(S.SetLayoutError, match=r"line 1: label: .*'first' is not a number"):
         S.load_autoj(str(p))
 
 
@@ -191,7 +197,13 @@ def test_unparseable_prompt_names_its_record(tmp_path, vendor):
     rec = json.loads((vendor / "prometheus-eval" / "vicuna_eval.json").read_text())[0]
     p = tmp_path / "v.json"
     p.write_text(json.dumps([rec, dict(rec, instruction="not a grading prompt")]))
-    with pytest.raises(S.SetLayoutError, match=r"v.json record 2: ValueError: unreadable Prometheus prompt"):
+    records = S.Records()
+    assert len(S.load_prometheus_absolute(str(p), "v", records=records)[0]) == 1
+    [rej] = records.rejects
+    assert rej["place"] == "record 2" and rej["reason"] == "unparseable_prompt"
+    assert rej["detail"].startswith("instruction is no readable Prometheus prompt")
+    p.write_text(json.dumps([dict(rec, instruction="not a grading prompt")]))
+    with pytest.raises(S.SetLayoutError, match=r"v.json record 1: instruction is no readable Prometheus prompt"):
         S.load_prometheus_absolute(str(p), "v")
 
 

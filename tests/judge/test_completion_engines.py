@@ -12,9 +12,9 @@ import math
 
 import pytest
 
-from judgeforge.data.templates import Scale, rubric_preset
+from judgeforge.judge.prompts import Scale, rubric_preset
 from judgeforge.judge.config import EngineConfig, SamplingConfig
-from judgeforge.judge.engines import SampleRequest, build_engine
+from judgeforge.judge.engines import Sample, SampleRequest, build_engine
 from judgeforge.judge.items import GradeItem, Options
 from judgeforge.judge.judge import Judge
 from judgeforge.judge.parsing import last_marker_start, parse_score
@@ -92,18 +92,44 @@ def test_score_only_distribution_is_the_same_on_vllm_and_transformers(hf, vllm_e
                     distribution(b[0].choice_logprobs, it.choices)) < TOL
 
 
+def _feedbacks(hf, vllm_engine, req_hf, req_vllm) -> dict[str, tuple[str, list[int]]]:
+    """Generated (text, ids) to complete: each engine's own greedy 16 tokens, and a feedback that
+    wrote its own `[RESULT]` (the continuation then starts before that marker)."""
+    [(draft, hf_ids)] = hf._generate_batch([req_hf], None)[0]
+    sp = vllm_engine._params(n=1, temperature=0.0, max_tokens=16)
+    out = vllm_engine._submit(vllm_engine._run(req_vllm.prompt_ids, sp, None)).result().outputs[0]
+    wrote = hf.tokenizer("The answer 4 is right. [RESULT] 4", add_special_tokens=False)["input_ids"]
+    return {"transformers greedy": (draft.text, hf_ids),
+            "vllm greedy": (out.text, vllm_engine._generated_ids(out)),
+            "wrote [RESULT]": (hf.tokenizer.decode(wrote, skip_special_tokens=True), wrote)}
+
+
+def _complete_hf(hf, req: SampleRequest, text: str, ids: list[int]) -> dict[str, float]:
+    s = Sample(text=text)
+    hf._complete(req, [(s, list(ids))], None)
+    return s.choice_logprobs
+
+
+def _complete_vllm(eng, req: SampleRequest, text: str, ids: list[int]) -> dict[str, float]:
+    s = Sample(text=text, extra={"ids": list(ids)})
+    eng._submit(eng._complete(req, s)).result()
+    return s.choice_logprobs
+
+
 @pytest.mark.parametrize("scale", SCALES, ids=lambda s: s.label())
 def test_completed_distribution_after_feedback_is_the_same_on_both_engines(hf, vllm_engine, scale):
-    """Greedy feedback (16 tokens), then completion: compared (TOL = 1e-3 absolute on
-    probabilities) when both engines decoded the same text."""
+    """Each engine completes the SAME generated ids (either engine's greedy feedback, and one that
+    wrote `[RESULT]`), through its own completion path: probabilities within TOL (1e-3 absolute).
+    Compared on shared ids, not on each engine's own decode, so a float32 near-tie that makes the
+    two greedy texts differ changes what is completed, never whether it is compared."""
     it = item(scale)
-    a, b = (eng.generate([request(it, n=2, temperature=0.0, max_tokens=16)])[0]
-            for eng in (vllm_engine, hf))
-    assert a[0].text == a[1].text and b[0].text == b[1].text
-    if a[0].text != b[0].text:
-        pytest.skip(f"greedy decoding differed: {a[0].text!r} vs {b[0].text!r}")
-    assert a[0].n_tokens == b[0].n_tokens and a[0].finish_reason == b[0].finish_reason
-    assert max_diff(probs(a[0].choice_logprobs), probs(b[0].choice_logprobs)) < TOL
+    req_hf, req_vllm = (eng.prepare(request(it, n=1, temperature=0.0, max_tokens=16)) for eng in (hf, vllm_engine))
+    assert req_hf.prompt_ids == req_vllm.prompt_ids
+    for name, (text, ids) in _feedbacks(hf, vllm_engine, req_hf, req_vllm).items():
+        assert ids and text, name
+        a, b = _complete_vllm(vllm_engine, req_vllm, text, ids), _complete_hf(hf, req_hf, text, ids)
+        assert list(a) == list(b) == list(it.choices), name
+        assert max_diff(probs(a), probs(b)) < TOL, (name, probs(a), probs(b))
 
 
 def test_vllm_score_comes_from_the_judges_continuation(vllm_engine):

@@ -35,7 +35,7 @@ if __name__ == "__main__":
     import psutil
     from judgeforge.judge.config import EngineConfig, SamplingConfig
     from judgeforge.judge.engines import build_engine
-    from judgeforge.data.templates import rubric_preset
+    from judgeforge.judge.prompts import rubric_preset
     from judgeforge.judge.items import GradeItem
     from judgeforge.judge.judge import Judge
 

@@ -9,7 +9,7 @@ import math
 import httpx
 import pytest
 
-from judgeforge.data.templates import TEMPLATE_VERSION, absolute_messages, rubric_preset
+from judgeforge.judge.prompts import TEMPLATE_VERSION, absolute_messages, rubric_preset
 from judgeforge.judge.config import EngineConfig, SamplingConfig
 from judgeforge.judge.engines import (EngineDead, EngineError, EngineTimeout, InvalidRequest,
                                       PromptTooLong, SampleRequest, TemplateVersionMismatch,

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from judgeforge.data.templates import rubric_preset
+from judgeforge.judge.prompts import rubric_preset
 from judgeforge.judge.config import EngineConfig, SamplingConfig
 from judgeforge.judge.judge import GradeItem, Judge
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from judgeforge.data.templates import Scale
+from judgeforge.judge.prompts import Scale
 from judgeforge.judge.parsing import parse_score, parse_verdict
 from judgeforge.judge.scores import Judged, average, distribution, expected, most_probable
 from judgeforge.judge.voting import SampleSlots, majority, vote_scores, vote_verdicts
@@ -199,3 +199,27 @@ def test_relative_vote_and_both_orders():
     c6 = vote_verdicts([V("no verdict", {"A": 0.8, "B": 0.2})], [V("none", {"A": 0.3, "B": 0.7})])
     assert c6.winner == "A" and c6.consistent and c6.probs["A"] == pytest.approx(0.75)
     assert c6.confidence == pytest.approx(0.75)
+
+
+def test_every_sample_record_is_judgeds_layout():
+    """eval's unsampled records and the synthetic predictions are `Judged.to_record`, read back intact."""
+    from judgeforge.cascade.testing import synthetic_predictions
+    from judgeforge.eval.judges import _failed
+
+    failed = _failed("prompt too long: 5000 tokens", 2)
+    assert failed == [Judged.failed("prompt too long: 5000 tokens").to_record()] * 2
+    back = Judged.from_record(failed[0])
+    assert back.vote is None and back.written.reason == back.completion == "prompt too long: 5000 tokens"
+    rec = synthetic_predictions(1, n_samples=1)[0]["samples"][0]
+    assert set(rec) == set(failed[0])
+    assert Judged.from_record(rec).vote == str(rec["score"])
+    assert vote_scores([Judged.from_record(rec)]).score == rec["score"]
+
+
+def test_comparison_counts_its_samples_and_failures():
+    def V(text):
+        return Judged(written=parse_verdict(text), text=text)
+
+    c = vote_verdicts([V("no verdict"), V("A is better [RESULT] A")], [V("rambling")])
+    assert c.n_sampled == 3 and sum(c.failures.values()) == 2
+    assert c.to_dict()["n_sampled"] == 3 and type(c).from_dict(c.to_dict()).failures == c.failures

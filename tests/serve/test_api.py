@@ -171,6 +171,34 @@ def test_models_health_metrics(client):
     assert "judgeforge_request_latency_seconds_count" in text
 
 
+def _judge_metrics(c) -> dict[str, float]:
+    text = c.get("/metrics", headers=AUTH).text
+    names = ("judgeforge_samples_total", "judgeforge_parse_failures_total", "judgeforge_null_results_total")
+    rows = [line.split() for line in text.splitlines()]
+    return {r[0]: float(r[1]) for r in rows if r and r[0] in names}
+
+
+def test_grade_and_compare_move_the_same_counters(monkeypatch):
+    """One answer layout, one accounting: an unparseable grade and an unparseable compare each count
+    their samples, their parse failures and one null result."""
+    monkeypatch.delenv("JUDGEFORGE_API_KEY", raising=False)
+    app, _ = make(FakeEngine(texts=["no verdict"], complete=False), **{"sampling.max_resample_rounds": 0})
+    cmp = {"instruction": "x", "response_a": "a", "response_b": "b", "rubric": "helpfulness", "n": 2}
+    with TestClient(app) as c:
+        before = _judge_metrics(c)
+        g = c.post("/v1/grade", json={**BODY, "n": 2}, headers=AUTH).json()
+        after_grade = _judge_metrics(c)
+        d = c.post("/v1/compare", json=cmp, headers=AUTH).json()
+        after_compare = _judge_metrics(c)
+    assert g["score"] is None and d["winner"] is None and d["n_sampled"] == g["n_sampled"] == 2
+    assert sum(d["failures"].values()) == sum(g["failures"].values()) == 2
+    grade_moved = {k: after_grade[k] - before[k] for k in before}
+    compare_moved = {k: after_compare[k] - after_grade[k] for k in before}
+    assert grade_moved == compare_moved == {"judgeforge_samples_total": 2.0,
+                                            "judgeforge_parse_failures_total": 2.0,
+                                            "judgeforge_null_results_total": 1.0}
+
+
 def _async_client(app):
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", headers=AUTH)
 

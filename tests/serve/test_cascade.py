@@ -18,7 +18,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from judgeforge.cascade.store import JudgmentStore, Request
+from judgeforge.data.store import JudgmentStore, Request
 from judgeforge.config import load_config
 from judgeforge.judge.parsing import parse_score
 from judgeforge.serve.app import create_app
@@ -195,7 +195,7 @@ def test_exhausted_budget_follows_the_policy(tmp_path, teacher, judgments, polic
 
 
 def test_budget_per_minute_refills():
-    from judgeforge.serve.cascade import Budget
+    from judgeforge.cascade.runtime import Budget
 
     now = [0.0]
     b = Budget(per_minute=2, total=None, clock=lambda: now[0])
@@ -316,7 +316,7 @@ def test_real_vllm_serve_teacher(tmp_path, vllm_serve, default_model_dir, monkey
 
 
 def test_the_budget_counts_paid_calls_and_failures_apart(tmp_path, teacher, judgments, monkeypatch):
-    from judgeforge.serve import cascade
+    from judgeforge.cascade import runtime as cascade
 
     monkeypatch.setattr(cascade, "RETRY_BACKOFF_S", 0.01)
     tags = list(judgments)

@@ -13,18 +13,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from judgeforge.config import load_config
 from judgeforge.serve import client
 from judgeforge.serve.app import create_app
 from judgeforge.serve.config import ServeConfig
-from judgeforge.serve.testing import ScriptedEngine, free_port
+from judgeforge.serve.testing import ScriptedEngine, app_in_thread, free_port
 
 KEY = "client-test-key"
 BODY = {"instruction": "What is 2+2?", "response": "4", "rubric": "helpfulness", "n": 1}
@@ -49,18 +47,8 @@ def server():
         mp.delenv("JUDGEFORGE_API_KEY", raising=False)  # the server's key: server.api_key
         cfg = load_config(ServeConfig, None, ["server.api_key=" + KEY, "engine.max_model_len=4096"])
         app = CountPosts(create_app(cfg, ScriptedEngine(delay=0.3)))
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "test server did not start"
-        time.sleep(0.05)
-    srv.url, srv.app = f"http://127.0.0.1:{port}", app
-    yield srv
-    srv.should_exit = True
-    thread.join(30)
+    with app_in_thread(app) as srv:
+        yield srv
 
 
 @pytest.fixture(autouse=True)

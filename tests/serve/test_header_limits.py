@@ -18,6 +18,7 @@ KEY = "header-limits-key"
 LIMIT = 16 * 1024
 MAX_HEADERS = 40
 HEAD_TIMEOUT_S = 2.0
+SCRIPTED = (str(Path(__file__).with_name("scripted_serve.py")),)
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("header-limits") / "serve.log"
     srv = ServerProcess(None, [f"server.api_key={KEY}", "engine.max_model_len=4096",
                                f"server.max_header_bytes={LIMIT}", f"server.max_headers={MAX_HEADERS}",
-                               f"server.header_timeout_s={HEAD_TIMEOUT_S}"], log=log, scripted=True)
+                               f"server.header_timeout_s={HEAD_TIMEOUT_S}"], log=log, entry=SCRIPTED)
     try:
         srv.wait_ready(120)
         yield srv

@@ -10,6 +10,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -27,6 +28,7 @@ SERVER_KEY = "server-secret-52d1b8c0"
 PASSWORD = "hunter2-pa55word-91"
 KEY_ENV = "JUDGEFORGE_TEST_TEACHER_KEY"
 PLANTED = (TEACHER_KEY, SERVER_KEY, PASSWORD)
+SCRIPTED = (str(Path(__file__).with_name("scripted_serve.py")),)
 TAG = "[secret item]"
 ITEM = {"instruction": f"{TAG} Write a haiku.", "response": "An old silent pond.", "rubric": "helpfulness",
         "n": 1}
@@ -54,7 +56,7 @@ def _leaks(text: str) -> list[str]:
 def test_no_secret_in_any_answer_or_log_line(teacher, tmp_path):
     log = tmp_path / "serve.log"
     env = {KEY_ENV: TEACHER_KEY, "JUDGEFORGE_API_KEY": SERVER_KEY}
-    srv = ServerProcess(None, _overrides(teacher, tmp_path), env=env, log=log, scripted=True)
+    srv = ServerProcess(None, _overrides(teacher, tmp_path), env=env, log=log, entry=SCRIPTED)
     answers = []
     try:
         srv.wait_ready(120)
@@ -116,7 +118,7 @@ def test_credentials_in_a_base_url_are_refused_without_showing_them(key):
 
 
 def test_serve_refuses_a_password_in_the_teacher_url_in_one_line(tmp_path):
-    cmd = [sys.executable, "-m", "judgeforge.serve.testing", "cascade.threshold=1.5",
+    cmd = [sys.executable, *SCRIPTED, "cascade.threshold=1.5",
            f"cascade.teacher.base_url=http://judge:{PASSWORD}@127.0.0.1:9/v1",
            f"store.path={tmp_path / 'j.sqlite'}"]
     env = {**os.environ, "JUDGEFORGE_API_KEY": SERVER_KEY}

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from judgeforge.cascade.store import JudgmentStore, StoreError
+from judgeforge.data.store import JudgmentStore, StoreError
 from judgeforge.cascade.testing import corrupt_pages, fill_store
 from judgeforge.config import load_config
 from judgeforge.serve.app import create_app

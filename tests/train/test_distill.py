@@ -233,7 +233,7 @@ def test_one_pass_read_equals_the_serving_engine(tiny_llama, pair_build, tmp_pat
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from judgeforge.data.templates import Rubric, Scale
+    from judgeforge.judge.prompts import Rubric, Scale
     from judgeforge.io import read_jsonl
     from judgeforge.judge.config import EngineConfig
     from judgeforge.judge.engines import SampleRequest, build_engine

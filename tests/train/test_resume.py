@@ -20,6 +20,8 @@ from safetensors.torch import load_file
 from judgeforge.config import ConfigError, save_resolved
 from judgeforge.io import read_jsonl
 
+pytestmark = pytest.mark.slow  # every test here builds or runs a real TRL trainer
+
 STEPS = ["optim.max_steps=6", "checkpoint.every=2", "checkpoint.keep=2"]
 
 # Dies inside the save of checkpoint-6, after the weights, optimizer and scheduler are

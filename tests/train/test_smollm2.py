@@ -14,7 +14,7 @@ import pytest
 
 GRADE = textwrap.dedent("""
     import json, sys
-    from judgeforge.data.templates import Rubric
+    from judgeforge.judge.prompts import Rubric
     from judgeforge.io import read_jsonl
     from judgeforge.judge.config import EngineConfig, SamplingConfig
     from judgeforge.judge.engines import build_engine

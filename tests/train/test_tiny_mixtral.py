@@ -10,6 +10,8 @@ import torch
 
 from judgeforge.io import read_jsonl
 
+pytestmark = pytest.mark.slow  # every test here builds or runs a real TRL trainer
+
 
 @pytest.fixture
 def one_example(build_dir, tmp_path, helpers):

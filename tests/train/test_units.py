@@ -12,7 +12,7 @@ import yaml
 
 from judgeforge.config import ConfigError, load_config
 from judgeforge.data.schema import Judgment
-from judgeforge.data.templates import Rubric
+from judgeforge.judge.prompts import Rubric
 from judgeforge.train.checkpoints import MARKER, discard_incomplete, is_complete, last_complete
 from judgeforge.train.config import TrainConfig
 from judgeforge.train.curves import loss_curves

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import sys
 
-from judgeforge.cascade.store import JudgmentStore, LocalResult, Record, Request, TeacherResult
+from judgeforge.data.store import JudgmentStore, LocalResult, Record, Request, TeacherResult
 
 
 def record(prefix: str, i: int, teacher: bool) -> Record:

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from judgeforge.data import templates as T
 from judgeforge.data.schema import Judgment
+from judgeforge.judge import prompts as T
 
 
 @pytest.fixture(scope="module")

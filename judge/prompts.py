@@ -1,11 +1,12 @@
-"""The judge's prompt format: the single source of truth.
+"""The judge's prompt format, the one owner of the judge's contract: the prompts, the `[RESULT]`
+marker and the answer layout, the score scale and rubrics.
 
-Training records, batch evaluation and the serving API all build prompts
-here, so the prompt a judge is served with is byte-identical to the one it
-was trained on. For the 1-5 scale the text is the released Prometheus-2
-prompt (prometheus-eval @ dcfb442, prompts.py; see data/vendor/), so the
-released weights work unchanged. Other scales (e.g. FastChat's 1-10) use the
-same text with the range substituted.
+It sits in the bottom layer (judge/) because every stage speaks it: training records (data/),
+batch evaluation (eval/) and the serving API (serve/) all build prompts here, so the prompt a
+judge is served with is byte-identical to the one it was trained on. For the 1-5 scale the text is
+the released Prometheus-2 prompt (prometheus-eval @ dcfb442, prompts.py; see data/vendor/), so the
+released weights work unchanged. Other scales (e.g. FastChat's 1-10) use the same text with the
+range substituted.
 
 Pure logic: no torch, no vLLM.
 """

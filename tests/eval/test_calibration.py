@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from judgeforge.cascade.calibration import (CalibrationError, agrees, calibrate, escalate, items_needed,
+from judgeforge.eval.calibration import (CalibrationError, agrees, calibrate, escalate, items_needed,
                                             upper_bound)
 
 

@@ -1,27 +1,33 @@
-"""Cascade serving (Trust or Escalate) and the judgment store behind the grading routes.
+"""The cascade at runtime (Trust or Escalate) and the judgment store, behind the grading routes.
+
+It answers items, not HTTP requests: serve/ validates, admits and shapes the answers, and turns the
+refusals raised here into status codes (`StoreDown` and `TeacherUnavailable`: 503,
+`DeadlineExceeded`: 504).
 
 Per graded item (`Grader.answer`):
 1. with `store.cache`, an identical request already stored, graded by the same local model and
    adapter, and complete under the current threshold (answered locally, or holding the teacher's
    judgment) is answered from the store (`"cached": true`);
 2. the local judge grades it; with a `cascade:` section, an item whose confidence is below the
-   threshold (`cascade.calibration.escalate`) goes to the teacher: the judge core's `Judge` over the
+   threshold (`eval.calibration.escalate`) goes to the teacher: the judge core's `Judge` over the
    `openai` engine, same prompt and parsing, bounded re-asks, under a concurrency limit, a budget
    of paid calls (re-asks and retries each one; failures counted apart, `Calls`) and a timeout
    (cut to what the request's `deadline_s` leaves). The teacher's score and feedback answer the
    item only when it wrote a valid judgment: a parseable score whose feedback states no other
    verdict (`judge.parsing.feedback_mismatch`, the data builder's rule, so what is served can be
    trained on); otherwise (error, timeout, garbage, no budget) `on_teacher_failure` decides: the
-   local judgment flagged (`teacher_error` / `budget_exhausted`) or 503. A score is never invented,
+   local judgment flagged (`teacher_error` / `budget_exhausted`) or a refusal (`TeacherUnavailable`). A
+   score is never invented,
    and no teacher error text reaches an answer or a log unscrubbed (judgeforge.redact);
 3. with a `store:` section the grading (local result, and the teacher's when it answered) is written
    durably (fsync, in a worker thread) BEFORE the answer is returned, each grading a row of its own. An
    escalated grading is written before the teacher is asked (a failing store is found before the
    teacher is paid) and the teacher's judgment is then added to that row; when that write fails the
-   judgment goes to the store's spool (put back at the next start). A store that fails answers 503
-   with SQLite's reason and turns /health to 503 (`Ledger`); never a bare 500.
+   judgment goes to the store's spool (put back at the next start). A store that fails refuses with
+   SQLite's reason (`StoreDown`) and reports itself failing for /health (`Ledger`); never a bare error.
 
-With `cascade.deadline_s` all of it runs under one end-to-end deadline (`Grader.within`: 504 past it).
+With `cascade.deadline_s` all of it runs under one end-to-end deadline (`Grader.within`:
+`DeadlineExceeded` past it).
 """
 
 from __future__ import annotations
@@ -36,17 +42,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastapi import HTTPException
-
-from judgeforge.cascade.calibration import escalate
-from judgeforge.cascade.store import (JudgmentStore, LocalResult, Record, Request, Stored, StoreCorrupt, StoreError,
-                                      TeacherResult)
+from judgeforge.cascade.config import CascadeConfig, StoreConfig
 from judgeforge.config import ConfigError
+from judgeforge.data.store import (JudgmentStore, LocalResult, Record, Request, Stored, StoreCorrupt, StoreError,
+                                   TeacherResult)
+from judgeforge.eval.calibration import escalate
 from judgeforge.judge.engines import EngineDead, EngineTimeout
-from judgeforge.judge.judge import Judge
 from judgeforge.judge.items import GradeItem
+from judgeforge.judge.judge import Judge
+from judgeforge.judge.voting import Comparison, Grade, value_of
 from judgeforge.redact import summary
-from judgeforge.serve.config import CascadeConfig, StoreConfig
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +66,7 @@ class Answered:
     extras: dict = field(default_factory=dict)
 
 
-def _verdict(out: dict):
-    """The answer's value: a score (absolute) or a winner (relative)."""
-    return out["score"] if "score" in out else out.get("winner")
+_verdict = value_of
 
 
 def load_threshold(cfg: CascadeConfig) -> tuple[float, dict | None]:
@@ -255,11 +258,21 @@ only while the teacher fails)."""
 
 
 class StoreDown(Exception):
-    """The judgment store failed (or is known broken): `reason`, SQLite's words, for the 503."""
+    """The judgment store failed (or is known broken): `reason`, SQLite's words. Nothing is answered
+    that could not be kept."""
 
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+class TeacherUnavailable(Exception):
+    """The teacher gave no usable judgment and `on_teacher_failure` is "503": the request is refused
+    (its local grade is stored first)."""
+
+
+class DeadlineExceeded(Exception):
+    """A request's gradings passed `cascade.deadline_s` and were cancelled."""
 
 
 class Ledger:
@@ -337,21 +350,22 @@ class Ledger:
 
 
 def _cached_out(stored: Stored, teacher: bool) -> dict:
-    """A stored row in the answer layout: the stored value and feedback, no per-sample fields."""
+    """A stored row as a result (`Grade`/`Comparison.to_dict`): its value, feedback and distribution;
+    the samples themselves are not stored."""
     rec = stored.record
     value = rec.teacher.score if teacher else rec.local.score
     feedback = rec.teacher.feedback if teacher else rec.local.feedback
     dist = {str(value): 1} if teacher else (rec.local.distribution or {})
-    common = dict(votes=[], distribution=dist, agreement=None, n_valid=sum(dist.values()),
-                  n_unparseable=0, feedback=feedback, reason=None, confidence=rec.local.confidence,
-                  samples=None)
+    probs = None if teacher else rec.local.probs
+    common = dict(votes=[], agreement=None, n_valid=sum(dist.values()), n_unparseable=0, feedback=feedback,
+                  confidence=rec.local.confidence)
     if rec.request.mode == "relative":
-        probs = None if teacher else rec.local.probs
-        return {**common, "winner": value, "probs": probs, "consistent": None, "swapped_votes": None,
-                "n_written": 0, "written_agreement": None}
-    return {**common, "score": value, "mean": None, "score_probs": None if teacher else rec.local.probs,
-            "expected_score": None, "n_written": 0, "written_agreement": None, "sources": [],
-            "n_sampled": 0, "failures": {}}
+        result = Comparison(winner=value, distribution=dist, probs=probs, **common)
+    else:
+        result = Grade(score=value, mean=None, distribution={int(k): n for k, n in dist.items()},
+                       score_probs={int(k): p for k, p in probs.items()} if probs is not None else None,
+                       **common)
+    return {**result.to_dict(), "samples": None}
 
 
 class Grader:
@@ -382,7 +396,7 @@ class Grader:
         return None if limit is None else start + limit
 
     async def within(self, deadline: float | None, work):
-        """Await `work` (a request's gradings); past `deadline`, cancel it and answer 504."""
+        """Await `work` (a request's gradings); past `deadline`, cancel it: DeadlineExceeded."""
         if deadline is None:
             return await work
         timeout = asyncio.timeout_at(deadline)
@@ -392,8 +406,8 @@ class Grader:
         except TimeoutError:
             if not timeout.expired():
                 raise
-            raise HTTPException(504, f"grading exceeded cascade.deadline_s={self.cascade.deadline_s:g}s "
-                                "(local grading, the teacher and the store write)") from None
+            raise DeadlineExceeded(f"grading exceeded cascade.deadline_s={self.cascade.deadline_s:g}s "
+                                   "(local grading, the teacher and the store write)") from None
 
     def store_health(self) -> dict | None:
         """The store's part of /health (None: no store)."""
@@ -401,12 +415,7 @@ class Grader:
 
     async def answer(self, item, reqs, judge_fn, adapter: str | None,
                      deadline: float | None = None) -> Answered:
-        try:
-            return await self._answer(item, reqs, judge_fn, adapter, deadline)
-        except StoreDown as e:
-            raise HTTPException(503, f"judgment store unavailable: {e.reason}") from None
-
-    async def _answer(self, item, reqs, judge_fn, adapter: str | None, deadline: float | None) -> Answered:
+        """One item's answer; raises StoreDown or TeacherUnavailable when it must be refused."""
         ledger = self.ledger
         if ledger is not None:
             ledger.refuse_if_broken()  # nothing graded (or paid for) that could not be kept
@@ -424,7 +433,7 @@ class Grader:
         elif teacher is not None and ledger is not None:
             await ledger.add_teacher(kept, teacher)
         if isinstance(answered, TeacherFailure):  # policy 503, now that the local grade is kept
-            raise HTTPException(503, f"teacher unavailable ({answered}); on_teacher_failure=503")
+            raise TeacherUnavailable(f"teacher unavailable ({answered}); on_teacher_failure=503")
         return answered
 
     def _escalates(self, local: dict) -> bool:

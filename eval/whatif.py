@@ -17,8 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
-from judgeforge.cascade.calibration import agrees, fixed_sequence, items_needed, ranked, upper_bound
-from judgeforge.cascade.records import CascadeInputs
+from judgeforge.eval.calibration import agrees, fixed_sequence, items_needed, ranked, upper_bound
+from judgeforge.eval.cascade_inputs import CascadeInputs
 
 NO_SCORE = -1.0  # confidence of an item without a local score: below every real one
 

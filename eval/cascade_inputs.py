@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Literal
 
-from judgeforge.data.templates import Scale
+from judgeforge.judge.prompts import Scale
 from judgeforge.judge.scores import Judged
 from judgeforge.judge.voting import vote_scores
 

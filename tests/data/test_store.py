@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-import judgeforge.cascade.store as store_mod
-from judgeforge.cascade.store import (SCHEMA_VERSION, JudgmentStore, LocalResult, Record, Request, StoreError,
+import judgeforge.data.store as store_mod
+from judgeforge.data.store import (SCHEMA_VERSION, JudgmentStore, LocalResult, Record, Request, StoreError,
                                       StoreVersionError, TeacherResult)
 from judgeforge.cascade.testing import corrupt_pages, fill_store
-from judgeforge.data.templates import Rubric, Scale
+from judgeforge.judge.prompts import Rubric, Scale
 from judgeforge.judge.items import CompareItem, GradeItem
 
 WRITER = Path(__file__).with_name("store_writer.py")

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from judgeforge.cascade import whatif as W
-from judgeforge.cascade.calibration import CalibrationError, agrees, calibrate
-from judgeforge.cascade.records import CascadeInputs, from_records
+from judgeforge.eval import whatif as W
+from judgeforge.eval.calibration import CalibrationError, agrees, calibrate
+from judgeforge.eval.cascade_inputs import CascadeInputs, from_records
 from judgeforge.cascade.testing import synthetic_predictions
-from judgeforge.data.templates import Scale
+from judgeforge.judge.prompts import Scale
 
 SCALE = Scale.parse([1, 5])
 

@@ -33,7 +33,6 @@ Faults and copies:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -46,7 +45,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
-from judgeforge.data.templates import TEMPLATE_VERSION
+from judgeforge.judge.prompts import TEMPLATE_VERSION
+from judgeforge.judge.items import request_hash
+from judgeforge.judge.voting import Comparison, Grade, probs_of, value_of
 
 log = logging.getLogger(__name__)
 
@@ -149,11 +150,9 @@ class Request:
                    (item.scale.lo, item.scale.hi))
 
     def key(self) -> str:
-        """sha256 over the mode, the content and the template version: a new template is a new item,
-        since the judge would see (and the teacher's judgment would train) a different prompt."""
-        blob = json.dumps({"mode": self.mode, "request": self.to_dict(), "template_version": TEMPLATE_VERSION},
-                          ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        """`judge.items.request_hash`: a new template is a new request, since the judge would see (and the
+        teacher's judgment would train) a different prompt."""
+        return request_hash(self.mode, self.to_dict(), TEMPLATE_VERSION)
 
 
 @dataclass(frozen=True)
@@ -171,12 +170,11 @@ class LocalResult:
     adapter: str | None = None
 
     @classmethod
-    def from_grade(cls, grade: dict, model: str, adapter: str | None = None) -> "LocalResult":
-        """From `Grade.to_dict()` or `Comparison.to_dict()` (what the API answers)."""
-        score = grade["score"] if "score" in grade else grade.get("winner")
-        probs = grade["score_probs"] if "score_probs" in grade else grade.get("probs")
-        return cls(model, score, grade.get("confidence"), probs, grade.get("distribution"),
-                   grade.get("feedback"), adapter)
+    def from_grade(cls, grade: "dict | Grade | Comparison", model: str, adapter: str | None = None) -> "LocalResult":
+        """From a `Grade` or `Comparison`, or its `to_dict()` (what the API answers)."""
+        d = grade if isinstance(grade, dict) else grade.to_dict()
+        return cls(model, value_of(d), d.get("confidence"), probs_of(d), d.get("distribution"),
+                   d.get("feedback"), adapter)
 
 
 @dataclass(frozen=True)

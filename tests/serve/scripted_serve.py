@@ -1,0 +1,27 @@
+"""`judgeforge serve ARGV` as deployed (the CLI: config, logging, SIGTERM, uvicorn and its options) over
+a ScriptedEngine instead of a model, for tests of the real server process (its uvicorn options, its
+logs) that need no model. Run as a subprocess (`ServerProcess(..., entry=SCRIPTED)`), not collected:
+
+    python scripted_serve.py [serve args]      # env JUDGEFORGE_SCRIPTED_DELAY: the engine's delay (s)
+
+It lives with the tests, not in serve/testing.py: it drives the CLI, the layer above serve.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from judgeforge import cli
+from judgeforge.judge import engines
+from judgeforge.serve.testing import ScriptedEngine
+
+
+def main(argv: list[str]) -> int:
+    delay = float(os.environ.get("JUDGEFORGE_SCRIPTED_DELAY", "0"))
+    engines.build_engine = lambda cfg: ScriptedEngine(delay=delay)  # serve's main looks it up at call time
+    return cli.main(["serve", *argv])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,113 @@
+"""bench/ without running a benchmark: `make bench`'s runner (bench/run_all.py), and the continual
+benches' bookkeeping (rounds through `judgeforge train --continue`, the committed learning-curve table)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+HELPERS = {"_common.py", "run_all.py"}
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """Import a bench script by name, as `python bench/<name>.py` would (bench/ on sys.path)."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    return importlib.import_module
+
+
+def test_run_all_lists_every_benchmark_script(bench):
+    ra = bench("run_all")
+    scripts = {p.name for p in (REPO / "bench").glob("*.py")} - HELPERS
+    assert {b.script for b in ra.BENCHES} == scripts
+    assert len({b.name for b in ra.BENCHES}) == len(ra.BENCHES)
+
+
+def test_run_all_selects_and_builds_the_documented_commands(bench):
+    ra = bench("run_all")
+    picked = ra.select(ra.BENCHES, ["serve", "data_build"], [])
+    assert [b.name for b in picked] == ["data_build", "serve"]  # the set's order, not the option's
+    assert [b.name for b in ra.select(ra.BENCHES, [], ["learning_curve", "distill_vs_sft"])][-1] == "train_gpu_mixtral"
+    with pytest.raises(SystemExit, match="unknown benchmark.*nope.*known: data_build"):
+        ra.select(ra.BENCHES, ["nope"], [])
+    serve = picked[1]
+    assert serve.command(False)[1:] == ["bench/serve_bench.py", "--prompts", "64", "--max-tokens", "48"]
+    assert serve.command(True)[-1] == "--write-results"
+    fuzz = next(b for b in ra.BENCHES if b.name == "fuzz_server")
+    assert fuzz.command(True)[1:] == ["bench/fuzz_server.py"]  # no flag to pass
+
+
+def test_run_all_skips_what_this_machine_lacks_and_says_why(bench):
+    ra = bench("run_all")
+    gpu = next(b for b in ra.BENCHES if b.name == "train_gpu_mixtral")
+    check = {"gpu": "needs a CUDA GPU"}.get
+    assert ra.skip_reason(gpu, check) == "needs a CUDA GPU"
+    assert ra.skip_reason(ra.BENCHES[0], check) is None
+    text = ra.listing([ra.BENCHES[0], gpu], False, check)
+    assert text.splitlines()[1].endswith("[skipped: needs a CUDA GPU]") and "bench/data_build.py" in text
+    assert ra.missing("commit:0000000") == "needs commit 0000000 in this checkout's git history"
+    with pytest.raises(ValueError):
+        ra.missing("quantum")
+
+
+def test_run_all_runs_each_one_and_fails_if_any_failed(bench, monkeypatch, capsys):
+    ra = bench("run_all")
+    ran = []
+
+    def fake_run(cmd, cwd):
+        ran.append(cmd[1])
+        return types.SimpleNamespace(returncode=3 if "eval_bench" in cmd[1] else 0)
+
+    monkeypatch.setattr(ra.subprocess, "run", fake_run)
+    assert ra.main(["--only", "data_build,eval,cascade"]) == 1
+    assert ran == ["bench/data_build.py", "bench/cascade_bench.py", "bench/eval_bench.py"]
+    out = capsys.readouterr().out
+    assert re.search(r"^eval +failed \(exit 3\)$", out, re.M) and re.search(r"^cascade +ok$", out, re.M)
+
+
+def test_learning_curve_table_reproduces_the_committed_table(bench, monkeypatch, tmp_path):
+    """No retraining: from the committed curve (runs/ may not hold one), byte for byte."""
+    lc = bench("learning_curve")
+    monkeypatch.setattr(lc, "ROOT", tmp_path)
+    args = types.SimpleNamespace(arms=["score"], set="heldout", variant="score_only", forgetting="vicuna_bench")
+    assert lc.table(args) == (REPO / "bench/results/learning_curve/score-table.md").read_text()
+
+
+def test_learning_curve_rounds_continue_the_previous_adapter(bench, monkeypatch, tmp_path):
+    lc = bench("learning_curve")
+    cmds = []
+    monkeypatch.setattr(lc, "timed", lambda cmd, cost, step: cmds.append(cmd))
+    arm = tmp_path / "score"
+    for k in (1, 2):
+        lc.train_round(arm, k, 150, ["optim.lr=0.001"])
+    first, second = cmds
+    assert "--continue" not in first
+    assert second[-2:] == ["--continue", str(arm / "r1" / "train")]
+    recipe = yaml.safe_load((arm / "r2" / "train.yaml").read_text())
+    assert recipe["data"]["sources"][0]["limit"] == 150 and recipe["optim"]["lr"] == 0.001
+    assert not recipe["model"].get("adapter")  # `--continue` decides the adapter and the window
+
+
+def test_distill_arms_continue_the_shipped_judge(bench, monkeypatch, tmp_path):
+    ds = bench("distill_vs_sft")
+    cmds = []
+    monkeypatch.setattr(ds.lc, "timed", lambda cmd, cost, step: cmds.append(cmd))
+    monkeypatch.setattr(ds, "ROOT", tmp_path)
+    ds.train_arm("distill", 150, ["distill.weight=2.0"])
+    assert cmds[0][-2:] == ["--continue", "judgeforge/default_judge"]
+    recipe = yaml.safe_load((tmp_path / "distill" / "train.yaml").read_text())
+    assert recipe["distill"]["weight"] == 2.0 and recipe["data"]["sources"][0]["limit"] == 150
+
+
+@pytest.mark.parametrize("script", ["run_all.py", "learning_curve.py", "distill_vs_sft.py"])
+def test_bench_scripts_parse(script):
+    r = subprocess.run([sys.executable, f"bench/{script}", "--help"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0 and "usage:" in r.stdout, r.stderr
