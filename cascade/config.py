@@ -21,6 +21,9 @@ from judgeforge.judge.config import EngineConfig, SamplingConfig, plain_base_url
 class CalibrateConfig(GuaranteeConfig):
     """Calibrate the escalation threshold of a local judge against GPT-4's cached judgments."""
 
+    alpha: float = Field(0.1, gt=0, lt=1)
+    """As in GuaranteeConfig, tighter by default: a server escalates by this certificate, while the
+    eval report's what-if keeps the looser 0.3 that small sets can meet."""
     predictions: str | None = None
     """An eval report's predictions.jsonl (or the report directory): calibrate from the samples the
     judge already drew, no engine needed. Leave empty to run `judge` over `data` instead."""

@@ -111,8 +111,8 @@ class GuaranteeConfig(Config):
 
     alpha: float = Field(0.3, gt=0, lt=1)
     """Tolerated disagreement with the teacher on the items answered locally (agreement >= 1 - alpha).
-    0.3 is loose enough to be feasible on small sets (8 calibration items need all 8 to agree); the
-    shipped calibration config (configs/cascade/default.yaml) sets 0.1 for serving."""
+    0.3 is loose enough to be feasible on small sets (8 calibration items need all 8 to agree);
+    calibration for serving (cascade.config.CalibrateConfig) defaults to 0.1."""
     delta: float = Field(0.1, gt=0, lt=1)
     """The guarantee may fail with probability at most delta (over the draw of calibration items)."""
     tolerance: int = Field(0, ge=0)
