@@ -123,6 +123,17 @@ def write_section(title: str, text: str, path: Path = RESULTS) -> None:
     atomic_write_text(path, new.rstrip("\n") + "\n")
 
 
+def save_results(name: str, out: dict, args) -> Path:
+    """bench/results/<name>.json: the invocation's raw figures, its CPU and its arguments (what a
+    `--render` re-renders from and what a later session reads when runs/ is gone)."""
+    from judgeforge.io import atomic_write_text
+
+    path = REPO / "bench" / "results" / f"{name}.json"
+    path.parent.mkdir(exist_ok=True)
+    atomic_write_text(path, json.dumps({**out, "cpu": cpu(), "args": vars(args)}, indent=1))
+    return path
+
+
 def cpu() -> str:
     """The CPU every figure comes from: model, CPUs and the flags that decide its kernels
     (judgeforge.hardware), e.g. 'AMD EPYC, 2 CPUs, x86_64: avx2, no avx512f, no avx512_bf16, ...'."""

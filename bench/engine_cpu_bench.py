@@ -166,9 +166,7 @@ def main(argv=None) -> int:
         dt = out["runs"]["auto"][0]["dtype"]
         out["peak_gflops"] = {dt: gemm_peak(dt)}
     out["load_end"] = C.loadavg()
-    res = C.REPO / "bench" / "results" / f"engine_cpu_{a.part}.json"
-    res.parent.mkdir(exist_ok=True)
-    res.write_text(json.dumps({**out, "cpu": C.cpu(), "args": vars(a)}, indent=1))
+    C.save_results(f"engine_cpu_{a.part}", out, a)
     return C.publish("engine_cpu_bench.py", argv, TITLES[a.part], lambda cmd: render(a, out, cmd), a.write_results)
 
 

@@ -75,9 +75,7 @@ def main(argv=None) -> int:
         print(json.dumps(r), flush=True)
         out["runs"].append(r)
     out["load_end"] = C.loadavg()
-    (C.REPO / "bench" / "results").mkdir(exist_ok=True)
-    (C.REPO / "bench" / "results" / "eval_phases.json").write_text(
-        json.dumps({**out, "cpu": C.cpu(), "args": vars(a)}, indent=1))
+    C.save_results("eval_phases", out, a)
     return C.publish("eval_phases_bench.py", argv, TITLE, lambda cmd: render(a, out, cmd), a.write_results)
 
 

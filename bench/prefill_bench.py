@@ -120,9 +120,7 @@ def main(argv=None) -> int:
     for arm, pp in (("previous", str(pkg)), ("current", None), ("score-only only", None)):
         out["runs"][arm] = run_arm(a, arm, pp, tree if pp else C.REPO)
     out["load_end"] = C.loadavg()
-    (C.REPO / "bench" / "results").mkdir(exist_ok=True)
-    (C.REPO / "bench" / "results" / "prefill.json").write_text(json.dumps({**out, "cpu": C.cpu(), "args": vars(a)},
-                                                                          indent=1))
+    C.save_results("prefill", out, a)
     return C.publish("prefill_bench.py", argv, TITLE, lambda cmd: render(a, out, cmd), a.write_results)
 
 

@@ -97,6 +97,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class PostLog:
+    """ASGI wrapper recording the path of every POST the server received (tests count the gradings a
+    client requested, and through which routes)."""
+
+    def __init__(self, app):
+        self.app, self.posts = app, []
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "POST":
+            self.posts.append(scope["path"])
+        return await self.app(scope, receive, send)
+
+
+@contextlib.contextmanager
+def scripted_server(engine, api_key: str, *overrides: str):
+    """`create_app` over `engine` with `api_key`, behind a PostLog, served by `app_in_thread` (no
+    JUDGEFORGE_API_KEY from the environment leaks into the server's config)."""
+    from judgeforge.config import load_config
+    from judgeforge.serve.app import create_app
+    from judgeforge.serve.config import ServeConfig
+
+    saved = os.environ.pop("JUDGEFORGE_API_KEY", None)
+    try:
+        cfg = load_config(ServeConfig, None, ["server.api_key=" + api_key, "engine.max_model_len=4096", *overrides])
+        app = PostLog(create_app(cfg, engine))
+    finally:
+        if saved is not None:
+            os.environ["JUDGEFORGE_API_KEY"] = saved
+    with app_in_thread(app) as srv:
+        yield srv
+
+
 @contextlib.contextmanager
 def app_in_thread(app, timeout_s: float = 30):
     """A real uvicorn server for `app` in a daemon thread on a free port, yielded once it listens

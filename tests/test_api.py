@@ -15,7 +15,7 @@ from judgeforge import api
 from judgeforge.judge.prompts import RUBRIC_PRESETS, Rubric
 from judgeforge.judge.config import SamplingConfig
 from judgeforge.judge.voting import Comparison, Grade
-from judgeforge.serve.testing import ScriptedEngine, app_in_thread, free_port
+from judgeforge.serve.testing import ScriptedEngine, free_port, scripted_server
 
 KEY = "api-test-key"
 SNIPPET = re.compile(r"<!-- readme-snippet: (\w+) -->\n```python\n(.*?)```", re.S)
@@ -48,29 +48,9 @@ class CountingEngine(ScriptedEngine):
         return super().generate(requests)
 
 
-class CountRoutes:
-    """ASGI wrapper recording the path of every POST the server received."""
-
-    def __init__(self, app):
-        self.app, self.posts = app, []
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["method"] == "POST":
-            self.posts.append(scope["path"])
-        return await self.app(scope, receive, send)
-
-
 @pytest.fixture(scope="module")
 def server():
-    from judgeforge.config import load_config
-    from judgeforge.serve.app import create_app
-    from judgeforge.serve.config import ServeConfig
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("JUDGEFORGE_API_KEY", raising=False)  # the server's key: server.api_key
-        cfg = load_config(ServeConfig, None, ["server.api_key=" + KEY, "engine.max_model_len=4096"])
-        app = CountRoutes(create_app(cfg, ScriptedEngine()))
-    with app_in_thread(app) as srv:
+    with scripted_server(ScriptedEngine(), KEY) as srv:
         yield srv
 
 

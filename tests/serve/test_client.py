@@ -18,36 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from judgeforge.config import load_config
 from judgeforge.serve import client
-from judgeforge.serve.app import create_app
-from judgeforge.serve.config import ServeConfig
-from judgeforge.serve.testing import ScriptedEngine, app_in_thread, free_port
+from judgeforge.serve.testing import ScriptedEngine, free_port, scripted_server
 
 KEY = "client-test-key"
 BODY = {"instruction": "What is 2+2?", "response": "4", "rubric": "helpfulness", "n": 1}
 N = 10
 
 
-class CountPosts:
-    """ASGI wrapper counting the POSTs the server received (= gradings requested)."""
-
-    def __init__(self, app):
-        self.app, self.posts = app, 0
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["method"] == "POST":
-            self.posts += 1
-        return await self.app(scope, receive, send)
-
-
 @pytest.fixture(scope="module")
 def server():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("JUDGEFORGE_API_KEY", raising=False)  # the server's key: server.api_key
-        cfg = load_config(ServeConfig, None, ["server.api_key=" + KEY, "engine.max_model_len=4096"])
-        app = CountPosts(create_app(cfg, ScriptedEngine(delay=0.3)))
-    with app_in_thread(app) as srv:
+    with scripted_server(ScriptedEngine(delay=0.3), KEY) as srv:
         yield srv
 
 
@@ -218,10 +199,10 @@ def test_sigint_keeps_finished_results_and_rerun_grades_only_the_rest(server, tm
     assert 0 < k < N and all("result" in r for r in first), err
     assert f"graded={k} failed=0 skipped=0" in err
 
-    posts = server.app.posts
+    posts = len(server.app.posts)
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and f"graded={N - k} failed=0 skipped={k}" in r.stderr, r.stderr
-    assert server.app.posts - posts == N - k  # the server saw only the remaining lines
+    assert len(server.app.posts) - posts == N - k  # the server saw only the remaining lines
     final = records(out)
     assert [x["line"] for x in final] == list(range(1, N + 1))  # each line once, in input order
     assert [x["id"] for x in final] == [f"r{i}" for i in range(N)]
@@ -258,9 +239,9 @@ def test_rerun_when_done_sends_nothing(server, tmp_path, caplog, keyed):
     inp = write_requests(tmp_path / "in.jsonl", good(3))
     out = tmp_path / "out.jsonl"
     assert grade(inp, out, "--url", server.url) == 0
-    posts, before = server.app.posts, out.read_bytes()
+    posts, before = len(server.app.posts), out.read_bytes()
     assert grade(inp, out, "--url", server.url) == 0
-    assert server.app.posts == posts and out.read_bytes() == before
+    assert len(server.app.posts) == posts and out.read_bytes() == before
     assert "graded=0 failed=0 skipped=3" in summary(caplog)
 
 
