@@ -54,6 +54,7 @@ BENCHES = (  # cheap ones first, the retraining ones last
     Bench("engine_dtype", "engine_cpu_bench.py", ("--part", "dtype")),
     Bench("engine_start", "engine_cpu_bench.py", ("--part", "start")),
     Bench("engine_limit", "engine_cpu_bench.py", ("--part", "limit")),
+    Bench("engine_sampler", "engine_cpu_bench.py", ("--part", "sampler")),
     Bench("prefill", "prefill_bench.py", ("--previous", "794fd94"), needs=("commit:794fd94",)),
     Bench("eval_vs_previous", "eval_vs_previous.py", ("--previous", "2010ce7"), needs=("commit:2010ce7",)),
     Bench("peer_prometheus_eval", "peer_prometheus_eval.py", needs=("peer",)),
