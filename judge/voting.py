@@ -135,18 +135,13 @@ class Grade:
         return [j.text for j in self.judged]
 
     def to_dict(self) -> dict:
-        return {
-            "score": self.score, "reason": self.reason, "votes": self.votes,
-            "distribution": {str(k): v for k, v in self.distribution.items()},
-            "agreement": self.agreement, "mean": self.mean, "n_valid": self.n_valid,
-            "n_unparseable": self.n_unparseable, "feedback": self.feedback,
-            "score_probs": ({str(k): v for k, v in self.score_probs.items()}
-                            if self.score_probs is not None else None),
-            "expected_score": self.expected_score, "confidence": self.confidence,
-            "n_written": self.n_written, "written_agreement": self.written_agreement,
-            "sources": self.sources, "n_sampled": self.n_sampled, "failures": self.failures,
-            "samples": self.samples,
-        }
+        # From the fields themselves, so a new field reaches every answer layout (serve's response
+        # models, cached answers, store rows) from here alone; JSON keys are strings.
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in INTERNAL_FIELDS}
+        d["distribution"] = {str(k): v for k, v in self.distribution.items()}
+        if self.score_probs is not None:
+            d["score_probs"] = {str(k): v for k, v in self.score_probs.items()}
+        return {**d, "samples": self.samples}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Grade":
