@@ -63,15 +63,14 @@ def from_predictions(cfg: CalibrateConfig) -> tuple[list[dict], Scale, dict]:
 def from_engine(cfg: CalibrateConfig) -> tuple[list[dict], Scale, dict]:
     """Run the configured judge over the held-out split of `cfg.data` (heavy: loads an engine)."""
     from judgeforge.eval.config import SetConfig
-    from judgeforge.eval.judges import build_units, grade_units
+    from judgeforge.eval.judges import JOURNAL, build_units, grade_judge
     from judgeforge.eval.run import engine_config, load_set
-    from judgeforge.judge.engines import build_engine
 
     es = load_set(SetConfig(name="heldout", kind="heldout", path=cfg.data, max_items=cfg.max_items), cfg.seed)
     units = build_units([es], {})
     log.info("judge %r: %d held-out items x %d samples", cfg.judge.name, len(units), cfg.n or 3)
-    with build_engine(engine_config(cfg.judge, cfg.sampling.seed)) as engine:
-        recs, _ = grade_units(engine, units, n=cfg.n or 3, sampling=cfg.sampling)
+    recs, _ = grade_judge(engine_config(cfg.judge, cfg.sampling.seed), units, n=cfg.n or 3, sampling=cfg.sampling,
+                          runtime=cfg.runtime, journal=Path(cfg.out) / JOURNAL)
     recs = [{"judge": cfg.judge.name, **r} for r in recs]
     return recs, es.items[0].scale, {"data": cfg.data, "judge": cfg.judge.name, "set": "heldout"}
 
@@ -91,6 +90,10 @@ def run_calibrate(cfg: CalibrateConfig) -> dict:
               "n_no_score": len(inp) - len(scored), "coverage_of_all": cal.n_covered / len(inp),
               "rule": "answer locally when confidence >= threshold; escalate otherwise"}
     _write(cfg, result, recs if not cfg.predictions else None)
+    if not cfg.predictions:
+        from judgeforge.eval.judges import JOURNAL
+
+        (Path(cfg.out) / JOURNAL).unlink(missing_ok=True)  # a Ray run's batches: now in predictions.jsonl
     return result
 
 

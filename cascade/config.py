@@ -16,6 +16,7 @@ from judgeforge.config import Config
 from judgeforge.eval.config import GuaranteeConfig, JudgeConfig
 from judgeforge.eval.config import SamplingConfig as EvalSampling
 from judgeforge.judge.config import EngineConfig, SamplingConfig, plain_base_url
+from judgeforge.scale.config import RuntimeConfig
 
 
 class CalibrateConfig(GuaranteeConfig):
@@ -44,6 +45,9 @@ class CalibrateConfig(GuaranteeConfig):
     """Engine path: how the judge samples (as in `judgeforge eval`)."""
     seed: int = 42
     """Engine path: seed of the held-out subset."""
+    runtime: RuntimeConfig = RuntimeConfig()
+    """Engine path: where the judge grades, as `judgeforge eval`'s `runtime:` (local, or Ray replicas
+    with the finished batches journaled in `out` until the calibration is written)."""
     confidence: Literal["vote_prob", "agreement"] = "vote_prob"
     """vote_prob: the judge's probability of its voted score (the completed distributions averaged
     over samples, Grade.confidence; exists at N=1); agreement: the share of samples voting for it."""

@@ -10,6 +10,7 @@ from judgeforge.config import Config
 from judgeforge.eval.probes import INJECTION
 from judgeforge.eval.sets import SET_KINDS
 from judgeforge.judge.config import EngineConfig
+from judgeforge.scale.config import RuntimeConfig
 
 
 class JudgeConfig(Config):
@@ -196,6 +197,11 @@ class EvalConfig(Config):
     """Bias probes: position (pairs in both orders) and prompt injection (report section)."""
     tracking: TrackingConfig = TrackingConfig()
     """Weights & Biases logging of the report (off by default)."""
+    runtime: RuntimeConfig = RuntimeConfig()
+    """Where the judges grade: `kind: local` (one engine in this process) or `kind: ray` (Ray Data
+    batches of units on `replicas` engine replicas; the same prediction records, appended to
+    `out`/journal.jsonl as batches finish, so a killed run reruns only the units it lacks).
+    Fields: judgeforge.scale.config.RuntimeConfig."""
 
     @field_validator("n_values")
     @classmethod

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 PROBE = "probe"
 """The `mode` of a probe unit (its grading mode follows from its item: GradeItem or CompareItem)."""
+JOURNAL = "journal.jsonl"
+"""`runtime: {kind: ray}`: where the records of finished batches are appended, in the output dir (eval's
+report replaces it with the whole; calibrate removes it once its predictions are written)."""
 
 
 @dataclass
@@ -192,3 +195,81 @@ def _grade_batch(judge, units, ok, reqs, batch: list[int], absolute: bool, sampl
 def _score_only_request(req):
     """The prepared request read straight after the prompt and `[RESULT] ` (same prompt ids)."""
     return replace(req, n=1, feedback=False)
+
+
+# --- the same grading on Ray replicas (judgeforge.scale) -----------------------------------------
+
+def grade_judge(ecfg, units: list[Unit], *, n: int, sampling, runtime=None,
+                journal: Path | None = None) -> tuple[list[dict], dict]:
+    """A judge's records for every unit, and their timing: one engine in this process (`runtime`
+    None or `kind: local`), or Ray batches of units on engine replicas (`kind: ray`), each batch
+    graded by `grade_units` inside its replica, so the records are the local path's. On Ray every
+    finished batch's records are appended to `journal`, and the units already there are not sent
+    again (a killed run reruns only what it lacks)."""
+    if runtime is None or runtime.kind == "local":
+        from judgeforge.judge.engines import build_engine
+
+        with build_engine(ecfg) as engine:
+            return grade_units(engine, units, n=n, sampling=sampling)
+    return _grade_on_ray(ecfg, units, n=n, sampling=sampling, runtime=runtime, journal=journal)
+
+
+def units_batch(engine, units: list[Unit], *, n: int, sampling) -> list[dict]:
+    """One Ray batch inside a replica: `grade_units` over its units (module level: replicas import it)."""
+    return grade_units(engine, units, n=n, sampling=sampling)[0]
+
+
+def unit_keys(ecfg, units: list[Unit], n: int, sampling) -> list[str]:
+    """A key per unit naming everything its record depends on: the engine config, n, the sampling,
+    the unit and its item as graded (options included). A unit listed twice gets `:2`, `:3`, ..."""
+    from dataclasses import asdict
+
+    config = json.dumps([ecfg.model_dump(mode="json"), n, sampling.model_dump(mode="json")], sort_keys=True)
+    keys, seen = [], {}
+    for u in units:
+        what = [u.set, u.mode, u.unit, u.item_id, u.probe, type(u.item).__name__, asdict(u.item), u.record]
+        h = hashlib.sha256((config + json.dumps(what, sort_keys=True, default=str)).encode()).hexdigest()
+        seen[h] = seen.get(h, 0) + 1
+        keys.append(h if seen[h] == 1 else f"{h}:{seen[h]}")
+    return keys
+
+
+def _grade_on_ray(ecfg, units: list[Unit], *, n: int, sampling, runtime, journal: Path | None):
+    from functools import partial
+
+    from judgeforge.scale.journal import Journal
+    from judgeforge.scale.ray_runner import run_batches
+
+    if sampling.per_request_seed:  # each unit seeded by its place in the whole list, as locally
+        for i, u in enumerate(units):
+            u.item.options = Options(seed=sampling.seed + i)
+        sampling = sampling.model_copy(update={"per_request_seed": False})
+    keys = unit_keys(ecfg, units, n, sampling)
+    book = Journal(journal) if journal is not None else None
+    earlier = book.load() if book is not None else {}
+    results = {k: earlier[k] for k in keys if k in earlier}
+    if results:
+        log.info("resuming from %s: %d of %d units already graded", journal, len(results), len(units))
+
+    def keep(key: str, record: dict) -> None:
+        results[key] = record
+        if book is not None:
+            book.append(key, record)
+
+    # Absolute units first, then relative ones, as grade_units orders them: batches of one kind.
+    order = sorted(range(len(units)), key=lambda i: not isinstance(units[i].item, GradeItem))
+    try:
+        stats = run_batches([(keys[i], units[i]) for i in order], partial(units_batch, n=n, sampling=sampling),
+                            engine_cfg=ecfg, runtime=runtime, done=set(results), on_result=keep, unit="prompt")
+    finally:
+        if book is not None:
+            book.close()
+    records = [results[k] for k in keys]
+
+    def drawn(recs):  # a prompt too long to grade has samples that record only why
+        return [r for r in recs if any(s.get("finish_reason") for s in r["samples"])]
+
+    fresh = sum(len(r["samples"]) for r in drawn([results[k] for k in keys if k not in earlier]))
+    return records, {"prompts": len(drawn(records)), "samples": sum(len(r["samples"]) for r in drawn(records)),
+                     "seconds": stats.seconds, "samples_per_s": fresh / stats.seconds if stats.seconds > 0 else None,
+                     "replicas": runtime.replicas, "resumed": stats.skipped}

@@ -8,7 +8,9 @@
     config.yaml        the resolved config
     wandb/             with `tracking.wandb`: the wandb run (offline unless WANDB_API_KEY is set)
 
-The directory is written atomically: a failed run leaves no half report.
+The directory is written atomically: a failed run leaves no half report. With `runtime: {kind: ray}`
+the judges grade on Ray replicas (judgeforge.scale) and each finished batch's records are appended
+to journal.jsonl in the out dir: a killed run, rerun, grades only the units missing there.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 from judgeforge.config import ConfigError, command_parser, dump_config, load_config
 from judgeforge.eval import sets as S
 from judgeforge.eval.config import EvalConfig, JudgeConfig, SetConfig
-from judgeforge.eval.judges import PROBE, add_lengths, build_units, grade_units, merged_model_dir
+from judgeforge.eval.judges import JOURNAL, PROBE, add_lengths, build_units, grade_judge, merged_model_dir
 from judgeforge.eval.metrics_file import SCORE_ONLY, Metrics
 from judgeforge.eval.report import compute_metrics, render_markdown
 from judgeforge.io import atomic_dir, atomic_write_json, atomic_write_text, read_jsonl, write_jsonl
@@ -104,8 +106,6 @@ def set_summaries(cfg: EvalConfig, sets: list[S.EvalSet]) -> list[dict]:
 
 def run_eval(cfg: EvalConfig, command: str = "") -> dict:
     """Run every judge over every set and write the report directory; returns the metrics."""
-    from judgeforge.judge.engines import build_engine
-
     sets, skipped = load_sets(cfg)
     if not sets:
         raise ConfigError("no evaluation set could be loaded: " + "; ".join(s["reason"] for s in skipped))
@@ -116,8 +116,8 @@ def run_eval(cfg: EvalConfig, command: str = "") -> dict:
     for judge in cfg.judges:
         ecfg = engine_config(judge, cfg.sampling.seed)
         log.info("judge %r: %d prompts x %d samples", judge.name, len(units), n_max)
-        with build_engine(ecfg) as engine:
-            recs, timing[judge.name] = grade_units(engine, units, n=n_max, sampling=cfg.sampling)
+        recs, timing[judge.name] = grade_judge(ecfg, units, n=n_max, sampling=cfg.sampling, runtime=cfg.runtime,
+                                               journal=Path(cfg.out) / JOURNAL)
         preds += [{"judge": judge.name, **r} for r in recs]
     meta = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "command": command,
             "judge_info": [describe(j) for j in cfg.judges], "timing": timing,

@@ -157,16 +157,21 @@ class Binding:
     reason: str
 
 
-def plan_binding(allowed: Iterable[int], taken: Iterable[Iterable[int]]) -> Binding:
+def plan_binding(allowed: Iterable[int], taken: Iterable[Iterable[int]],
+                 count: int | None = None) -> Binding:
     """How a new engine binds its OpenMP threads, given the cores other live engines hold.
     Alone: vLLM's own `auto` binding (NUMA-aware), holding every allowed core. With others: the
     cores none of them holds; none free: no binding at all (the OS shares the cores; never pinned
-    onto another engine's core, which put two engines' threads on core 0 before)."""
+    onto another engine's core, which put two engines' threads on core 0 before). `count`: at most
+    that many cores (a replica among several sharing the machine, judgeforge.scale), so the replicas
+    started next still find free ones."""
     allowed = tuple(sorted(set(allowed)))
     held = {c for cores in taken for c in cores}
-    if not held:
+    if not held and (count is None or count >= len(allowed)):
         return Binding(allowed, "auto", "alone on this machine: vLLM's auto binding")
-    free = tuple(c for c in allowed if c not in held)
+    free = tuple(c for c in allowed if c not in held)[:count]
+    if free and not held:
+        return Binding(free, format_cores(free), f"{len(free)} of {len(allowed)} cores, the first free ones")
     if free:
         return Binding(free, format_cores(free), f"cores {format_cores(held)} held by other live engines")
     return Binding((), "nobind", "every core is held by another live engine: not bound")
@@ -230,14 +235,15 @@ class CoreLeases:
             root = cache_dir() / "run" / "core-leases"
         self.root = Path(root)
 
-    def acquire(self, allowed: Iterable[int]) -> tuple[Path, Binding]:
-        """Plan this engine's binding against the live leases and record its cores; (lease, binding)."""
+    def acquire(self, allowed: Iterable[int], count: int | None = None) -> tuple[Path, Binding]:
+        """Plan this engine's binding (of at most `count` cores) against the live leases and record
+        its cores; (lease, binding)."""
         import fcntl
 
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            binding = plan_binding(allowed, self._live())
+            binding = plan_binding(allowed, self._live(), count)
             path = self.root / f"{os.getpid()}-{os.urandom(4).hex()}.json"
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps({"pid": os.getpid(), "cores": list(binding.cores)}))

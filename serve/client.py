@@ -1,13 +1,34 @@
 """`judgeforge grade`: JSONL of grading requests in, JSONL of results out.
 
     judgeforge grade --input reqs.jsonl --output results.jsonl --url http://127.0.0.1:8000 -j 8
+    judgeforge grade --input reqs.jsonl --output results.jsonl --url http://a:8000 --url http://b:8000 -j 16
     judgeforge grade --input reqs.jsonl --output results.jsonl --local --config configs/serve/default.yaml
+    judgeforge grade --input reqs.jsonl --output results.jsonl --ray --replicas 2 --config configs/serve/default.yaml
 
 Each input line is a /v1/grade body (or a /v1/compare body when it has
 `response_a`), plus an optional `id` echoed back. HTTP mode sends the key from
 JUDGEFORGE_API_KEY and retries 429 answers after their Retry-After (bounded).
 `--local` grades through an engine in this process (no server), with the same
-request validation.
+request validation. `--ray --replicas N` does what --local does on N engine
+replicas through Ray Data (judgeforge.scale; a local Ray is started, or
+$RAY_ADDRESS / runtime.address=... names a cluster; runtime.num_cpus=...,
+runtime.num_gpus=..., runtime.batch_size=... set the rest): the same records,
+appended as batches finish, resumed the same way.
+
+Several --url: a fleet of servers (serve/fleet.py). `-j` is the requests in
+flight in all, not per server: each goes to the server with the fewest in
+flight (ties round-robin), so a slow server takes fewer lines; give about 8 per
+server. At start every /health is checked: a server that cannot grade is
+skipped with a warning while another can. A line whose server dies (nothing
+listens, or the answer is lost) or answers 503 is sent on to another server,
+at most 3 servers per line; it fails only when no server left is new to it.
+Nothing listening takes a server out of rotation at once, 3 failed answers in
+a row take it out while another remains; its /health is re-probed every 10 s
+and it comes back when that answers. 429 waits out Retry-After on the same
+server; a refused key (401/403) stops the run. The records are the same as
+with one server, so a run resumes with any set of --url; the final line adds
+`retried=R servers: URL=lines ...` (and who went down). One --url behaves as
+it always did: its 503s and lost answers fail their lines.
 
 Output: one line per non-blank input line, `{"line", "index", "id", "hash", "result"}`
 or `{..., "error": {"status", "detail"}}` (`line`: 1-based line number in the
@@ -27,7 +48,8 @@ Exit codes:
        --input, bad --config, API key refused (401/403)
   3    some lines failed, the others graded: rerun to retry the failed ones
   4    no line graded: every line failed
-  5    the server cannot be reached (or the --local engine cannot start)
+  5    the server cannot be reached, or with several --url none of them (or the
+       --local engine cannot start)
   130  interrupted (Ctrl-C): finished results are kept; rerun to resume
 """
 
@@ -35,16 +57,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from judgeforge.io import atomic_write_jsonl, dumps_record
+from judgeforge.serve.fleet import MAX_STRIKES, Fleet, Server
 
 MAX_429_RETRIES = 8
+MAX_LINE_ATTEMPTS = 3  # servers a line is sent to at most: one failing on 3 may be what kills them
+REPROBE_S = 10.0  # how often a server out of rotation has its /health polled to bring it back
+RETRYABLE = (None, 503)  # no answer, or "cannot grade now": another server may well grade the line
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_SOME_FAILED, EXIT_ALL_FAILED, EXIT_UNREACHABLE = 0, 1, 2, 3, 4, 5
 EXIT_INTERRUPTED = 130
 log = logging.getLogger(__name__)
@@ -151,6 +179,7 @@ class Sink:
         self.graded = self.failed = 0
         self.skipped = skipped
         self.f = None  # opened on the first result: a run that sends nothing leaves no file
+        self.notes: Callable[[], str] | None = None  # more counts for the summary (a fleet's)
 
     def write(self, row: Row, res: dict) -> None:
         rec = {"line": row.line, "index": row.index, "id": row.id, "hash": row.hash, **res}
@@ -174,7 +203,8 @@ class Sink:
         return EXIT_ALL_FAILED if self.graded + self.skipped == 0 else EXIT_SOME_FAILED
 
     def summary(self) -> str:
-        return f"graded={self.graded} failed={self.failed} skipped={self.skipped} -> {self.path}"
+        notes = f" {self.notes()}" if self.notes else ""
+        return f"graded={self.graded} failed={self.failed} skipped={self.skipped}{notes} -> {self.path}"
 
 
 def _bad_line(row: Row) -> dict:
@@ -195,34 +225,48 @@ def _retry_after(r) -> float:
         return 1.0
 
 
-def _unreachable(url: str, e: Exception) -> GradeError:
-    return GradeError(f"cannot reach the server at {url} ({type(e).__name__}: {e}): start it with "
-                      f"`judgeforge serve`, or pass --url (or --local to grade without a server)",
-                      EXIT_UNREACHABLE)
+def _cannot_reach(url: str, e: Exception) -> str:
+    return f"cannot reach the server at {url} ({type(e).__name__}: {e})"
 
 
-async def _check_server(client, url: str) -> None:
+def _no_server(fleet: Fleet) -> GradeError:
+    """Every server out of rotation: one message naming each and why (one server: just its reason)."""
+    whys = [s.why or "" for s in fleet.servers]
+    text = whys[0] if len(whys) == 1 else f"none of the {len(whys)} servers can grade: " + "; ".join(whys)
+    if any(s.unreachable for s in fleet.servers):
+        text += (f": start {'it' if len(whys) == 1 else 'them'} with `judgeforge serve`, or pass --url "
+                 f"(or --local to grade without a server)")
+    return GradeError(text, EXIT_UNREACHABLE)
+
+
+class _NoAnswer(Exception):
+    """Nothing listens at a server's address (connection refused or timed out): its reason."""
+
+
+async def _check_server(client, url: str) -> tuple[str, bool] | None:
+    """None when the server at `url` can grade; else why not, and whether nothing answered at all."""
     import httpx
 
     try:
         r = await client.get("/health")
     except httpx.TransportError as e:
-        raise _unreachable(url, e) from e
+        return _cannot_reach(url, e), True
     if r.status_code == 503:
-        raise GradeError(f"the server at {url} is up but its engine is not (/health: 503 {r.text[:200]})",
-                         EXIT_UNREACHABLE)
+        return f"the server at {url} is up but its engine is not (/health: 503 {r.text[:200]})", False
+    return None
 
 
 async def _send(client, url: str, body: dict) -> dict:
-    """One request, 429s retried: {"result"} or {"error"}; GradeError when no line can succeed."""
+    """One request, 429s retried after their Retry-After: {"result"} or {"error"} (status None: the
+    answer was lost); _NoAnswer when nothing listens, GradeError when the key is refused."""
     import httpx
 
     for _ in range(MAX_429_RETRIES):
         try:
             r = await client.post(_route(body), json=body)
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-            raise _unreachable(url, e) from e
-        except httpx.TransportError as e:  # answer lost (server died mid-request?): this line fails
+            raise _NoAnswer(_cannot_reach(url, e)) from e
+        except httpx.TransportError as e:  # answer lost (server died mid-request?)
             return {"error": {"status": None, "detail": f"no answer: {type(e).__name__}: {e}"}}
         if r.status_code in (401, 403):
             raise GradeError(f"the server at {url} refused the API key ({r.status_code}): set "
@@ -240,28 +284,111 @@ async def _send(client, url: str, body: dict) -> dict:
     return {"error": {"status": r.status_code, "detail": detail}}
 
 
-async def _grade_http(todo: list[Row], url: str, concurrency: int, sink: Sink) -> None:
+def _strikes_why(url: str, err: dict) -> str:
+    last = f"{err['status']} {err['detail']}" if err["status"] else str(err["detail"])
+    return f"the server at {url} failed {MAX_STRIKES} answers in a row (last: {last[:200]})"
+
+
+async def _grade_line(fleet: Fleet, clients: dict, body: dict) -> dict:
+    """A line's record: sent to the least-loaded server it has not failed on, and on to another when
+    that one dies or answers 503 (MAX_LINE_ATTEMPTS servers at most); its last failure when no server
+    left in rotation would be new to it; GradeError when none is left at all."""
+    tried: set[str] = set()
+    res = None
+    while len(tried) < MAX_LINE_ATTEMPTS and (server := fleet.take(tried)) is not None:
+        tried.add(server.url)
+        try:
+            res = await _send(clients[server.url], server.url, body)
+        except _NoAnswer as e:
+            fleet.unreachable(server, str(e))
+            res = {"error": {"status": None, "detail": str(e)}}
+            continue
+        err = res.get("error")
+        if err is None or err["status"] not in RETRYABLE:
+            fleet.answered(server)
+            return res
+        fleet.failed(server, _strikes_why(server.url, err))
+    if res is None or not fleet.up():
+        raise _no_server(fleet)
+    return res
+
+
+async def _check_fleet(fleet: Fleet, clients: dict) -> None:
+    """Every server's /health at once: those that cannot grade are skipped, and reported, while one can."""
+    found = await asyncio.gather(*(_check_server(clients[s.url], s.url) for s in fleet.servers))
+    for server, bad in zip(fleet.servers, found):
+        if bad:
+            fleet.skip(server, *bad)
+    if not fleet.up():
+        raise _no_server(fleet)
+    for server in fleet.servers:
+        if server.why:
+            log.warning("skipping %s for now: %s (its /health re-probed every %gs)", server.url, server.why,
+                        REPROBE_S)
+
+
+async def _reprobe(fleet: Fleet, server: Server, client) -> None:
+    """Polls the /health of a server out of rotation until it can grade again."""
+    while server.why is not None:
+        await asyncio.sleep(REPROBE_S)
+        if await _check_server(client, server.url) is None:
+            fleet.back(server)
+            log.info("%s is back in rotation", server.url)
+
+
+async def _run_workers(todo: list[Row], concurrency: int, grade, sink: Sink) -> None:
+    rows = iter(todo)
+
+    async def worker():
+        for row in rows:  # one shared iterator: requests go out in input order
+            sink.write(row, _bad_line(row) if row.body is None else await grade(row.body))
+
+    try:
+        async with asyncio.TaskGroup() as tg:  # the first fatal error cancels the other workers
+            for _ in range(min(concurrency, len(todo))):
+                tg.create_task(worker())
+    except ExceptionGroup as eg:
+        fatal = [e for e in eg.exceptions if isinstance(e, GradeError)]
+        if not fatal:
+            raise
+        raise fatal[0] from None
+
+
+async def _grade_http(todo: list[Row], urls: list[str], concurrency: int, sink: Sink) -> None:
+    """The lines over the servers at `urls`, `concurrency` requests in flight in all (not per server)."""
     import httpx
 
     key = os.environ.get("JUDGEFORGE_API_KEY")
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    rows = iter(todo)
+    probes: set[asyncio.Task] = set()
 
-    async def worker(client):
-        for row in rows:  # one shared iterator: requests go out in input order
-            sink.write(row, _bad_line(row) if row.body is None else await _send(client, url, row.body))
+    def reprobe(server: Server) -> None:
+        probes.add(asyncio.create_task(_reprobe(fleet, server, clients[server.url])))
 
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=None) as client:
-        await _check_server(client, url)
+    def taken_out(server: Server) -> None:
+        if fleet.up():  # with none left the run stops at once, saying why
+            log.warning("%s out of rotation: %s (its lines go to the other servers; /health re-probed "
+                        "every %gs)", server.url, server.why, REPROBE_S)
+            reprobe(server)
+
+    async with contextlib.AsyncExitStack() as stack:
+        clients = {url: await stack.enter_async_context(
+            httpx.AsyncClient(base_url=url, headers=headers, timeout=None)) for url in urls}
+        fleet = Fleet(urls, on_out=taken_out)
+        await _check_fleet(fleet, clients)
+        for server in fleet.servers:
+            if server.why:
+                reprobe(server)
+        if len(urls) > 1:
+            sink.notes = fleet.summary
+            log.info("grading over %d of %d servers, %d requests in flight in all", len(fleet.up()), len(urls),
+                     concurrency)
         try:
-            async with asyncio.TaskGroup() as tg:  # the first fatal error cancels the other workers
-                for _ in range(min(concurrency, len(todo))):
-                    tg.create_task(worker(client))
-        except ExceptionGroup as eg:
-            fatal = [e for e in eg.exceptions if isinstance(e, GradeError)]
-            if not fatal:
-                raise
-            raise fatal[0] from None
+            await _run_workers(todo, concurrency, lambda body: _grade_line(fleet, clients, body), sink)
+        finally:
+            for task in probes:
+                task.cancel()
+            await asyncio.gather(*probes, return_exceptions=True)
 
 
 # -- local mode -----------------------------------------------------------------------
@@ -343,6 +470,54 @@ def _grade_local(todo: list[Row], config: str | None, overrides: list[str], sink
                     sink.write(row, res)
 
 
+# -- Ray mode: the local path's chunks on engine replicas (judgeforge.scale) ---------------
+
+
+def ray_chunk(engine, items: list, *, sampling) -> list[dict]:
+    """One Ray batch, inside a replica: the local path's chunk logic, gradings and comparisons apart."""
+    from judgeforge.judge.items import CompareItem
+    from judgeforge.judge.judge import Judge
+
+    judge, out = Judge(engine, sampling), [None] * len(items)
+    for fn, is_cmp in ((_grade_chunk, False), (_compare_chunk, True)):
+        idx = [k for k, item in enumerate(items) if isinstance(item, CompareItem) == is_cmp]
+        if idx:
+            for k, res in zip(idx, _run_chunk(judge, fn, [items[k] for k in idx])):
+                out[k] = res
+    return out
+
+
+def _split_runtime(overrides: list[str]) -> tuple[list[str], list[str]]:
+    """(serve config overrides, `runtime.key=value` ones without the prefix: the RuntimeConfig's)."""
+    ours = [o for o in overrides if o.startswith("runtime.")]
+    return [o for o in overrides if o not in ours], [o[len("runtime."):] for o in ours]
+
+
+def _grade_ray(todo: list[Row], args: argparse.Namespace, sink: Sink) -> None:
+    from functools import partial
+
+    from judgeforge.config import load_config
+    from judgeforge.scale.config import RuntimeConfig
+    from judgeforge.scale.ray_runner import ScaleError, run_batches
+    from judgeforge.serve.config import ServeConfig
+
+    serve_overrides, runtime_overrides = _split_runtime(args.overrides)
+    cfg = load_config(ServeConfig, args.config, serve_overrides)
+    flags = ["kind=ray", *([f"replicas={args.replicas}"] if args.replicas else [])]
+    runtime = load_config(RuntimeConfig, None, [*runtime_overrides, *flags])
+    valid = _validate_local(todo, cfg, sink)
+    if not valid:
+        return
+    rows = {str(row.line): row for row, _ in valid}
+    # Gradings first, then comparisons, as the local path sends them: batches of one kind.
+    payloads = sorted(((str(row.line), item) for row, item in valid), key=lambda p: "response_a" in rows[p[0]].body)
+    try:
+        run_batches(payloads, partial(ray_chunk, sampling=cfg.sampling), engine_cfg=cfg.engine, runtime=runtime,
+                    on_result=lambda key, res: sink.write(rows[key], res), desc=None)
+    except ScaleError as e:
+        raise GradeError(f"cannot grade on Ray: {e}", EXIT_UNREACHABLE) from e
+
+
 # -- the command ----------------------------------------------------------------------
 
 
@@ -362,6 +537,9 @@ def _http_url(text: str) -> str:
     return text.rstrip("/")
 
 
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="judgeforge grade", description=__doc__.split("\n\n")[0],
                                 epilog=__doc__[__doc__.index("Exit codes:"):],
@@ -369,13 +547,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--input", "-i", required=True, help="JSONL of grading requests")
     p.add_argument("--output", "-o", required=True,
                    help="JSONL of results, appended as they finish; an existing one is resumed")
-    p.add_argument("--url", type=_http_url, default="http://127.0.0.1:8000", help="server base URL")
-    p.add_argument("--concurrency", "-j", type=_positive_int, default=8, help="requests in flight (>= 1)")
-    p.add_argument("--local", action="store_true", help="grade in-process through an engine, no server")
-    p.add_argument("--config", "-c", help="serve config for --local")
+    p.add_argument("--url", type=_http_url, action="append",
+                   help=f"server base URL (default {DEFAULT_URL}); repeat it to grade over several servers")
+    p.add_argument("--concurrency", "-j", type=_positive_int, default=8,
+                   help="requests in flight (>= 1), in all: spread over the --url servers")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="grade in-process through an engine, no server")
+    where.add_argument("--ray", action="store_true",
+                       help="grade as --local does, on engine replicas through Ray (no server)")
+    p.add_argument("--replicas", type=_positive_int,
+                   help="--ray: engine replicas (default 1; runtime.KEY=VALUE overrides set the rest)")
+    p.add_argument("--config", "-c", help="serve config for --local and --ray")
     p.add_argument("--debug", action="store_true", help="show tracebacks for expected errors too")
-    p.add_argument("overrides", nargs="*", help="key=value config overrides for --local")
-    return p.parse_args(argv)
+    p.add_argument("overrides", nargs="*", help="key=value config overrides for --local and --ray")
+    args = p.parse_args(argv)
+    if args.replicas and not args.ray:
+        p.error("--replicas needs --ray")
+    args.url = _urls(p, args.url)
+    return args
+
+
+def _urls(p: argparse.ArgumentParser, given: list[str] | None) -> list[str]:
+    urls = given or [DEFAULT_URL]
+    if dup := next((u for u in urls if urls.count(u) > 1), None):
+        p.error(f"--url {dup} is given twice: name each server once (-j sets the requests in flight)")
+    return urls
 
 
 def check_paths(inp: Path, out: Path) -> None:
@@ -414,7 +610,9 @@ def grade_rows(args: argparse.Namespace, todo: list[Row], sink: Sink) -> None:
     from judgeforge.config import ConfigError
 
     try:
-        if args.local:
+        if args.ray:
+            _grade_ray(todo, args, sink)
+        elif args.local:
             _grade_local(todo, args.config, args.overrides, sink)
         elif todo:
             asyncio.run(_grade_http(todo, args.url, args.concurrency, sink))

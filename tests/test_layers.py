@@ -1,6 +1,6 @@
 """The layer order, read from the import graph: a cycle between stages fails here, not in review.
 
-judgeforge core (judgeforge/*.py) < judge < data < train < eval < cascade < serve < the package's
+judgeforge core (judgeforge/*.py) < judge < scale < data < train < eval < cascade < serve < the package's
 public face (judgeforge/__init__.py, api.py, cli.py). A module imports only from its own layer or
 lower ones; every import counts, function-level (lazy) ones included, except those under
 `if TYPE_CHECKING:`, which never run.
@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-LAYERS = ("core", "judge", "data", "train", "eval", "cascade", "serve", "top")
+LAYERS = ("core", "judge", "scale", "data", "train", "eval", "cascade", "serve", "top")
 # The package's public face sits above every stage: it dispatches to them or re-exports them.
 TOP_MODULES = {"judgeforge", "judgeforge.cli", "judgeforge.api"}
 
@@ -126,5 +126,6 @@ def test_the_checker_finds_an_upward_import_even_a_lazy_one():
 def test_layer_names():
     assert layer_of("judgeforge.models") == "core"
     assert layer_of("judgeforge.judge.engines.vllm") == "judge"
+    assert layer_of("judgeforge.scale.ray_runner") == "scale"
     assert layer_of("judgeforge.cli") == layer_of("judgeforge") == "top"
     assert layer_of("numpy") is None

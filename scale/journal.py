@@ -1,0 +1,63 @@
+"""Hash-keyed results appended as batches finish: what a rerun of a killed Ray run skips.
+
+One JSON line per result, `{"key": ..., "result": ...}`, written whole and flushed. Reading drops
+a torn last line (a run killed mid-write) and keeps the first result of a key seen twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from judgeforge.io import dumps_record
+
+log = logging.getLogger(__name__)
+
+
+class Journal:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._f = None  # opened on the first append: a run that finishes nothing leaves no file
+
+    def load(self) -> dict[str, object]:
+        """key -> result of every complete line."""
+        if not self.path.is_file():
+            return {}
+        out, dropped = {}, 0
+        for raw in self.path.read_bytes().splitlines():
+            try:
+                rec = json.loads(raw)
+                ok = isinstance(rec, dict) and isinstance(rec.get("key"), str) and "result" in rec
+            except ValueError:
+                ok = False
+            if ok:
+                out.setdefault(rec["key"], rec["result"])
+            elif raw.strip():
+                dropped += 1
+        if dropped:
+            log.warning("%s: dropped %d incomplete line(s) (a run killed mid-write?)", self.path, dropped)
+        return out
+
+    def append(self, key: str, result) -> None:
+        if self._f is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(self.path, "a", encoding="utf-8")
+        self._f.write(dumps_record({"key": key, "result": result}) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def remove(self) -> None:
+        """The run is complete and its results are written where they belong."""
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
