@@ -4,7 +4,9 @@ HF Trainer writes `checkpoint-N/` in place, file by file, so a run killed while
 saving leaves a directory that looks like a checkpoint but is not one. After
 the Trainer has finished a save (`on_save`), `CompletionMarker` writes a marker
 listing every file and its size; `last_complete` only ever returns a checkpoint
-whose marker exists and whose files are all still there.
+whose marker exists and whose files are all still there. Under several processes
+each rank saves its own RNG state into the checkpoint, so the marker waits for every
+rank's save and requires each rank's file: a rank killed while saving leaves no marker.
 """
 
 from __future__ import annotations
@@ -61,10 +63,14 @@ class CompletionMarker(TrainerCallback):
     """Mark a checkpoint complete once the Trainer has written all of it."""
 
     def on_save(self, args, state, control, **kwargs):
+        from judgeforge.train.distributed import barrier
+
+        barrier()  # every rank's part of the checkpoint is on disk
         if not state.is_world_process_zero:
             return
         ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        missing = [n for n in REQUIRED if not (ckpt / n).is_file()]
+        per_rank = [f"rng_state_{r}.pth" for r in range(args.world_size)] if args.world_size > 1 else []
+        missing = [n for n in (*REQUIRED, *per_rank) if not (ckpt / n).is_file()]
         if missing or not _has_weights(ckpt):
             raise RuntimeError(f"checkpoint {ckpt} is missing {missing or 'adapter weights'} after save")
         files = {str(f.relative_to(ckpt)): f.stat().st_size for f in sorted(ckpt.rglob("*"))
@@ -77,13 +83,16 @@ class SampleLog(TrainerCallback):
 
     The collator wrapper queues each batch's ids as the dataloader fetches it; every
     micro-step end (`on_substep_end`, `on_step_end`) consumes one queued batch in order, so
-    dataloader prefetching never mis-attributes a batch.
+    dataloader prefetching never mis-attributes a batch. Under several processes rank 0 gathers
+    every rank's batches: `ids` is the step's examples in the sampler's order (rank r's m-th
+    micro-batch is the step's batch m x world + r, accelerate's round-robin), the same list one
+    process records, and `ranks` each rank's share.
     """
 
     def __init__(self, path: Path, collator):
         self.path, self.inner = Path(path), collator
         self.queue: list[list[str]] = []
-        self.pending: list[str] = []
+        self.pending: list[list[str]] = []
 
     def collate(self, features: list[dict]):
         if features and "id" in features[0]:
@@ -97,7 +106,7 @@ class SampleLog(TrainerCallback):
             return
         lines = [ln for ln in self.path.read_text().splitlines() if ln.strip()]
         keep = [ln for ln in lines if json.loads(ln)["step"] <= step]
-        atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))  # every rank writes the same
+        atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.queue.clear()
@@ -105,11 +114,20 @@ class SampleLog(TrainerCallback):
 
     def on_substep_end(self, args, state, control, **kwargs):
         if self.queue:
-            self.pending += self.queue.pop(0)
+            self.pending.append(self.queue.pop(0))
 
     def on_step_end(self, args, state, control, **kwargs):
+        from judgeforge.train.distributed import gather
+
         self.on_substep_end(args, state, control)
-        if state.is_world_process_zero:
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(dumps_record({"step": state.global_step, "ids": self.pending}) + "\n")
+        ranks = gather(self.pending)  # a collective: every rank calls it at every step
         self.pending = []
+        if not state.is_world_process_zero:
+            return
+        ids = [i for m in range(max(map(len, ranks))) for batches in ranks if m < len(batches)
+               for i in batches[m]]
+        row = {"step": state.global_step, "ids": ids}
+        if len(ranks) > 1:
+            row["ranks"] = [[i for b in batches for i in b] for batches in ranks]
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(dumps_record(row) + "\n")

@@ -206,17 +206,22 @@ class TrainConfig(Config):
     slower than fp32). The resolved value is what the saved config records."""
     seed: int = 42
     """Seed for model init of the adapter, data order and dropout."""
-    num_gpus: int = 1
-    """Processes to launch; >1 runs under `accelerate launch` with DeepSpeed ZeRO-3."""
-    accelerate_config: str = "configs/train/accelerate/zero3.yaml"
-    """accelerate launch config used when num_gpus > 1 (relative to cwd, else the checkout)."""
+    num_gpus: int = Field(1, gt=0)
+    """Training processes (GPUs, or CPU processes on a machine without one); >1: `judgeforge train`
+    starts them with `accelerate launch` and `accelerate_config`. Under an `accelerate launch` of its
+    own the launched world size is used instead, and gradient accumulation is divided by it so the
+    global batch (`optim.batch_size`) stays the configured one (train/distributed.py)."""
+    accelerate_config: str | None = None
+    """accelerate launch config used when num_gpus > 1 (relative to cwd, else the checkout). None:
+    configs/train/accelerate/zero3.yaml (DeepSpeed ZeRO-3) on GPUs, ddp_cpu.yaml (DDP, gloo) without one."""
 
     @model_validator(mode="after")
     def _batch_divides(self):
         per_step = self.optim.micro_batch_size * self.num_gpus
         if self.optim.batch_size % per_step:
             raise ValueError(f"optim.batch_size ({self.optim.batch_size}) must be a multiple of "
-                             f"micro_batch_size x num_gpus ({per_step})")
+                             f"micro_batch_size x processes ({self.optim.micro_batch_size} x {self.num_gpus}) "
+                             "to keep the global batch on every process count")
         if not self.data.sources:
             raise ValueError("data.sources is empty: give at least one data-build directory")
         return self

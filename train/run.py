@@ -2,6 +2,7 @@
 
     judgeforge train --config configs/train/default.yaml [key=value ...]
     judgeforge train --config configs/train/prometheus-bgb-8x7b.yaml --num-gpus 8
+    judgeforge train --config configs/train/default.yaml --num-processes 2   # DDP on the CPU (gloo)
     judgeforge train --continue runs/train/round1 --out runs/train/round2 [--config ...]
 
 Run directory (`out`): config.yaml (resolved), data.json (sources, manifest
@@ -11,6 +12,8 @@ adapter weights, tokenizer, config.yaml, judgeforge.json with the template
 version), loss.json + loss.png, and with `distill.enabled` distill.json (the
 preference pairs' counts and their ordering by E[score] before and after
 training). Rerunning the same command continues from the last complete checkpoint.
+Several processes (`--num-processes`, train/distributed.py) keep the global batch and the
+per-step examples of one process; samples.jsonl then also lists each rank's share.
 `--continue ADAPTER` (`continue_from`) trains the next round: the adapter, continued on the next
 window of the data build it trained on (train/rounds.py), with the adapter's own recipe unless
 `--config` names one.
@@ -21,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -33,13 +35,16 @@ from judgeforge.train.config import TrainConfig
 
 # Config sections that define the training result; a resumed run must not change them.
 RESULT_FIELDS = ("model", "lora", "data", "optim", "precision", "seed", "distill", "continue_from")
-REPO = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from judgeforge.train import distributed
+
     parser = command_parser("judgeforge train", __doc__.split("\n\n")[0])
-    parser.add_argument("--num-gpus", type=int, help="processes to launch (>1: accelerate + ZeRO-3)")
+    parser.add_argument("--num-gpus", "--num-processes", dest="num_gpus", type=int,
+                        help="training processes (GPUs, or CPU processes without one); >1: accelerate launch "
+                             "with accelerate_config (ZeRO-3 on GPUs, DDP with gloo on the CPU by default)")
     parser.add_argument("--out", help="run directory (overrides `out`)")
     parser.add_argument("--continue", dest="continue_from", metavar="ADAPTER",
                         help="next continual round of this adapter (run dir or adapter/): its next data "
@@ -49,42 +54,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     recipe = args.config or (adapter_path(args.continue_from) / "config.yaml" if args.continue_from else None)
     cfg = load_config(TrainConfig, recipe, args.overrides,
                       extra={"num_gpus": args.num_gpus, "out": args.out, "continue_from": args.continue_from})
-    if cfg.num_gpus > 1 and "LOCAL_RANK" not in os.environ:  # not yet inside `accelerate launch`
-        return launch_distributed(cfg, argv)
-    print(train(cfg))
+    if cfg.num_gpus > 1 and not distributed.inside_launch():
+        return distributed.launch(cfg, argv, gpu=_has_gpu())
+    adapter = train(cfg)
+    if os.environ.get("RANK", "0") == "0":
+        print(adapter)
     return 0
 
 
-def repo_path(path: str) -> Path:
-    """A relative path from the cwd, else from the judgeforge checkout (shipped configs)."""
-    p = Path(path)
-    return p if p.is_absolute() or p.exists() else REPO / p
-
-
-def launch_command(cfg: TrainConfig, argv: list[str]) -> list[str]:
-    """`accelerate launch` of this module with the same arguments, one process per GPU."""
-    import yaml
-
-    acc = repo_path(cfg.accelerate_config)
-    if not acc.is_file():
-        raise ConfigError(f"accelerate_config {cfg.accelerate_config} not found")
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(acc),
-           "--num_processes", str(cfg.num_gpus)]
-    ds = (yaml.safe_load(acc.read_text()).get("deepspeed_config") or {}).get("deepspeed_config_file")
-    if ds:  # the launch config names its DeepSpeed JSON relative to itself
-        cmd += ["--deepspeed_config_file", str(ds if Path(ds).is_absolute() else acc.parent / Path(ds).name)]
-    return cmd + ["-m", "judgeforge.train.run", *argv]
-
-
-def launch_distributed(cfg: TrainConfig, argv: list[str]) -> int:
-    cmd = launch_command(cfg, argv)
-    log.info("launching: %s", " ".join(cmd))
-    return subprocess.run(cmd).returncode
-
-
 def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
-    """Train (or resume) the run `cfg.out`; returns the final adapter directory."""
-    cfg = resolve_precision(resolve_continue(cfg))
+    """Train (or resume) the run `cfg.out`; returns the final adapter directory.
+
+    In every process of a launch (train/distributed.py): rank 0 alone writes the run's files; the
+    others write only what HF Trainer saves per rank in a checkpoint (their RNG state)."""
+    from judgeforge.train.distributed import resolve_world
+
+    cfg = resolve_precision(resolve_continue(resolve_world(cfg)))
     out = Path(cfg.out)
     adapter_dir = out / "adapter"
     if _check_run_dir(cfg, out) and meta_path(adapter_dir) is not None:
@@ -92,9 +77,10 @@ def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
         return adapter_dir
     _setup_tracking(cfg, out)
     trainer, mix, sample_log, dropped = make_trainer(cfg, callbacks)
-    resume = _resume_point(cfg, out / "checkpoints", sample_log)
+    resume = _resume_point(cfg, out / "checkpoints", sample_log, trainer.is_world_process_zero())
     feed = getattr(trainer, "feed", None)
     if trainer.is_world_process_zero():
+        _log_padding(cfg, len(trainer.train_dataset))
         save_resolved(cfg, out)
         extra = {"distill": _distill_provenance(cfg, feed)} if feed else {}
         atomic_write_json(out / "data.json", {
@@ -102,7 +88,7 @@ def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
             "eval": len(trainer.eval_dataset or []), "dropped_overlong": dropped,
             "max_length": cfg.data.max_length, **extra})
     # Under ZeRO-3 the weights are partitioned until the engine runs: no forward pass of our own there.
-    measure = feed is not None and cfg.num_gpus == 1
+    measure = feed is not None and not _zero3(trainer.args)
     if measure and resume is None:
         _write_distill(trainer, out, "before")
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
@@ -212,8 +198,9 @@ def sft_args(cfg: TrainConfig, ckpt_dir: Path, has_eval: bool):
     wandb = t.wandb and os.environ.get("WANDB_MODE") != "disabled"
     return SFTConfig(
         # Without a GPU, bf16 means CPU autocast (chosen by `precision: auto` only on CPUs with native
-        # bf16, bench/RESULTS.md), which transformers only enables when told it runs on the CPU.
-        use_cpu=cfg.precision == "bf16" and not _has_gpu(),
+        # bf16, bench/RESULTS.md), which transformers only enables when told it runs on the CPU; and
+        # several processes form a CPU (gloo) group only when told so (train/distributed.py).
+        use_cpu=not _has_gpu() and (cfg.precision == "bf16" or cfg.num_gpus > 1),
         output_dir=str(ckpt_dir), seed=cfg.seed, bf16=cfg.precision == "bf16", fp16=cfg.precision == "fp16",
         learning_rate=o.lr, lr_scheduler_type=o.scheduler, warmup_steps=o.warmup_ratio,
         weight_decay=o.weight_decay, num_train_epochs=o.epochs, max_steps=o.max_steps,
@@ -311,8 +298,7 @@ def _peft_model(cfg: TrainConfig, model, args):
 
     wanted = lora_config(cfg, model)
     # Under ZeRO-3 the adapter must keep the base dtype (as TRL does; trl#6089).
-    ds = getattr(args, "deepspeed_plugin", None)
-    autocast = not (ds is not None and ds.zero_stage == 3)
+    autocast = not _zero3(args)
     if not cfg.model.adapter:
         return get_peft_model(model, wanted, autocast_adapter_dtype=autocast)
     peft = PeftModel.from_pretrained(model, adapter_path(cfg.model.adapter), is_trainable=True,
@@ -368,19 +354,42 @@ def _fit(ds, max_length: int, keep_id: bool):
     return ds.select_columns(["id", "input_ids", "labels"] if keep_id else ["input_ids", "labels"]), over
 
 
-def _resume_point(cfg: TrainConfig, ckpt_root: Path, sample_log) -> Path | None:
+def _resume_point(cfg: TrainConfig, ckpt_root: Path, sample_log, main: bool = True) -> Path | None:
+    """The last complete checkpoint (None: start afresh). `main`: this is rank 0, the one that
+    removes torn checkpoints and trims the sample log; the other ranks wait for it, then agree."""
     from judgeforge.train.checkpoints import discard_incomplete, last_complete
+    from judgeforge.train.distributed import barrier
 
     if cfg.checkpoint.resume == "never":
-        sample_log.truncate(0)
+        if main:
+            sample_log.truncate(0)
         return None
-    for p in discard_incomplete(ckpt_root):
-        log.info("removed incomplete checkpoint %s", p)
+    if main:
+        for p in discard_incomplete(ckpt_root):
+            log.info("removed incomplete checkpoint %s", p)
+    barrier()
     ckpt = last_complete(ckpt_root)
-    sample_log.truncate(int(ckpt.name.split("-")[1]) if ckpt else 0)
-    if ckpt:
-        log.info("resuming from %s", ckpt)
+    if main:
+        sample_log.truncate(int(ckpt.name.split("-")[1]) if ckpt else 0)
+        if ckpt:
+            log.info("resuming from %s", ckpt)
     return ckpt
+
+
+def _log_padding(cfg: TrainConfig, n: int) -> None:
+    from judgeforge.train.distributed import padded_examples
+
+    extra = padded_examples(n, cfg.optim.micro_batch_size, cfg.num_gpus)
+    if extra:
+        log.warning("%d training examples do not fill whole micro-batches of %d on %d processes: accelerate "
+                    "repeats the first %d of each epoch's order (listed in samples.jsonl); a multiple of %d "
+                    "examples avoids it", n, cfg.optim.micro_batch_size, cfg.num_gpus, extra,
+                    cfg.optim.micro_batch_size * cfg.num_gpus)
+
+
+def _zero3(args) -> bool:
+    ds = getattr(args, "deepspeed_plugin", None)
+    return ds is not None and ds.zero_stage == 3
 
 
 def _evaluated_at(trainer, step: int) -> bool:

@@ -185,36 +185,6 @@ def tiny_llama(default_model_dir, tmp_path_factory):
     return out
 
 
-# GPT-4-style preferences a random model can learn in a few steps: a helpful answer beats a refusal.
-REFUSAL = "I am sorry, but I cannot help with that request. Please ask someone else; I will not answer it."
-GOOD = [("What is 2 + 2?", "2 + 2 = 4: adding two and two gives four."),
-        ("Name the capital of France.", "The capital of France is Paris, on the Seine."),
-        ("Spell 'cat' backwards.", "Backwards, 'cat' is spelled 'tac'."),
-        ("Is water wet? Answer yes or no.", "Yes: water makes things wet."),
-        ("Give a synonym of 'big'.", "A synonym of 'big' is 'large'."),
-        ("How many legs does a spider have?", "A spider has eight legs.")]
-
-
-@pytest.fixture(scope="module")
-def pair_build(tmp_path_factory):
-    """A real data build of GPT-4-style pairwise judgments (jsonl pair columns, both orders, one split tie)."""
-    from judgeforge.config import load_config
-    from judgeforge.data.build import run_build
-    from judgeforge.data.config import BuildConfig
-
-    root = tmp_path_factory.mktemp("pairs")
-    rows = [{"q": q, "a": good, "b": REFUSAL, "v": "A", "ma": "m-good", "mb": "m-bad"} for q, good in GOOD]
-    rows.append({"q": "Say hi.", "a": "Hi.", "b": "Hello.", "v": "tie", "ma": "m-good", "mb": "m-bad"})
-    (root / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cols = {"instruction": "q", "response_a": "a", "response_b": "b", "verdict": "v",
-            "response_model_a": "ma", "response_model_b": "mb"}
-    src = [{"format": "jsonl", "path": str(root / "pairs.jsonl"), "columns": cols, "swap": True, "ties": "split"}]
-    cfg = load_config(BuildConfig, None, ["progress=false"], extra={"sources": src})
-    m = run_build(cfg, root / "build")
-    assert m["counts"]["train"] == 6 * 2 + 4
-    return root / "build"
-
-
 def distill_config(model, data, out, *overrides):
     from judgeforge.config import load_config
     from judgeforge.train.config import TrainConfig

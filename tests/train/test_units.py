@@ -208,18 +208,20 @@ def test_shipped_accelerate_zero3_config():
 
 
 def test_num_gpus_wraps_accelerate_launch(tmp_path, monkeypatch):
-    from judgeforge.train import run
+    from judgeforge.train import distributed, run
 
     calls = []
-    monkeypatch.setattr(run.subprocess, "run", lambda cmd: calls.append(cmd) or type("R", (), {"returncode": 0}))
+    monkeypatch.setattr(distributed.subprocess, "run",
+                        lambda cmd, env: calls.append((cmd, env)) or type("R", (), {"returncode": 0}))
     monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setattr(run, "_has_gpu", lambda: True)  # the recipe's ZeRO-3 launch is for GPUs
     argv = ["--config", str(REPO / "configs/train/prometheus-bgb-8x7b.yaml"), "--num-gpus", "4", "seed=1"]
     assert run.main(argv) == 0
-    cmd = calls[0]
+    cmd, _ = calls[0]
     assert cmd[1:4] == ["-m", "accelerate.commands.launch", "--config_file"]
     assert cmd[cmd.index("--num_processes") + 1] == "4"
     assert Path(cmd[cmd.index("--deepspeed_config_file") + 1]).is_file()
-    assert cmd[cmd.index("-m", 3):][:2] == ["-m", "judgeforge.train.run"] and cmd[-5:] == argv
+    assert cmd[cmd.index("-m", 3):][:3] == ["-m", "judgeforge.cli", "train"] and cmd[-5:] == argv
 
 
 def test_wandb_offline_without_a_key_and_off_when_disabled(tmp_path, monkeypatch):
