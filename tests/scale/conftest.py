@@ -7,22 +7,9 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def tiny_model(default_model_dir, tmp_path_factory):
-    """A randomly initialised 2-layer Llama: the engine builds in a second and greedy grading is
-    deterministic, so replicas and the local path can be compared record for record."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    out = tmp_path_factory.mktemp("models") / "tiny-llama"
-    tok = AutoTokenizer.from_pretrained(default_model_dir)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         tie_word_embeddings=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id)
-    LlamaForCausalLM(config).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+def tiny_model(tiny_llama):
+    """tests/conftest.py's tiny Llama: replicas and the local path can be compared record for record."""
+    return tiny_llama
 
 
 @pytest.fixture(scope="module")

@@ -165,25 +165,7 @@ def test_torch_math_equals_the_reference(seed, sigma, t):
         pytest.approx(float(R.ranknet_loss(float(d), t, sigma)), abs=1e-9)
 
 
-# --- real components: a tiny random Llama ---------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def tiny_llama(default_model_dir, tmp_path_factory):
-    """A randomly initialised 2-layer Llama with SmolLM2's tokenizer (and chat template)."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    out = tmp_path_factory.mktemp("models") / "tiny-llama"
-    tok = AutoTokenizer.from_pretrained(default_model_dir)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         tie_word_embeddings=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id)
-    LlamaForCausalLM(config).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
+# --- real components: a tiny random Llama (tests/conftest.py) ------------------------------------
 
 def distill_config(model, data, out, *overrides):
     from judgeforge.config import load_config
