@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -65,6 +65,27 @@ def atomic_write_jsonl(path: str | Path, records: Iterable[Any]) -> int:
 def read_jsonl(path: str | Path) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def read_complete_jsonl(path: str | Path, complete: Callable[[dict], bool]) -> tuple[list[dict], int]:
+    """(the JSON objects of `path`'s lines that `complete` accepts, how many non-blank lines it
+    dropped): an append-only results file whose last line may be torn by a kill mid-write.
+    No file there is ([], 0)."""
+    path = Path(path)
+    if not path.is_file():
+        return [], 0
+    recs, dropped = [], 0
+    for raw in path.read_bytes().splitlines():
+        try:
+            rec = json.loads(raw)
+            ok = isinstance(rec, dict) and complete(rec)
+        except ValueError:
+            ok = False
+        if ok:
+            recs.append(rec)
+        elif raw.strip():
+            dropped += 1
+    return recs, dropped
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:

@@ -6,11 +6,10 @@ a torn last line (a run killed mid-write) and keeps the first result of a key se
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
-from judgeforge.io import dumps_record
+from judgeforge.io import dumps_record, read_complete_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -22,19 +21,10 @@ class Journal:
 
     def load(self) -> dict[str, object]:
         """key -> result of every complete line."""
-        if not self.path.is_file():
-            return {}
-        out, dropped = {}, 0
-        for raw in self.path.read_bytes().splitlines():
-            try:
-                rec = json.loads(raw)
-                ok = isinstance(rec, dict) and isinstance(rec.get("key"), str) and "result" in rec
-            except ValueError:
-                ok = False
-            if ok:
-                out.setdefault(rec["key"], rec["result"])
-            elif raw.strip():
-                dropped += 1
+        recs, dropped = read_complete_jsonl(self.path, lambda rec: isinstance(rec.get("key"), str) and "result" in rec)
+        out: dict[str, object] = {}
+        for rec in recs:
+            out.setdefault(rec["key"], rec["result"])
         if dropped:
             log.warning("%s: dropped %d incomplete line(s) (a run killed mid-write?)", self.path, dropped)
         return out

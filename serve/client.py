@@ -66,7 +66,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from judgeforge.io import atomic_write_jsonl, dumps_record
+from judgeforge.io import atomic_write_jsonl, dumps_record, read_complete_jsonl
 from judgeforge.serve.fleet import MAX_STRIKES, Fleet, Server
 
 MAX_429_RETRIES = 8
@@ -129,20 +129,8 @@ def read_requests(path: str | Path) -> list[Row]:
 
 def load_output(path: Path) -> list[dict]:
     """The records of an earlier run; a torn last line (killed mid-write) or a foreign line is dropped."""
-    if not path.exists():
-        return []
-    recs, dropped = [], 0
-    for raw in path.read_bytes().splitlines():
-        try:
-            rec = json.loads(raw)
-            ok = (isinstance(rec, dict) and isinstance(rec.get("hash"), str) and isinstance(rec.get("line"), int)
-                  and ("result" in rec or "error" in rec))
-        except ValueError:
-            ok = False
-        if ok:
-            recs.append(rec)
-        elif raw.strip():
-            dropped += 1
+    recs, dropped = read_complete_jsonl(path, lambda rec: isinstance(rec.get("hash"), str)
+                                        and isinstance(rec.get("line"), int) and ("result" in rec or "error" in rec))
     if dropped:
         log.warning("%s: dropped %d line(s) that are no complete result (a run killed mid-write?)",
                     path, dropped)
