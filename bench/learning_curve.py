@@ -184,6 +184,27 @@ def write_curve(arm_dir: Path) -> dict:
     return curve
 
 
+def append(args) -> None:
+    """Add a round run outside `run` (`judgeforge train --continue` by hand, evaluated score-only on the
+    same items) to the committed curve: its records from the train run's data.json, its measured CPU
+    minutes, its metrics and its paired comparison with the round before (`eval compare --json`)."""
+    path = RESULTS / f"{args.arm}-curve.json"
+    curve = json.loads(path.read_text())
+    rounds = [r for r in curve["rounds"] if r["round"] != args.round]
+    prev = max((r for r in rounds if r["round"] < args.round), key=lambda r: r["round"])
+    tdir = Path(args.train_dir) if args.train_dir else None
+    data = json.loads((tdir / "data.json").read_text()) if tdir else {"train": args.records}
+    rounds.append({"round": args.round, "records": prev["records"] + data["train"],
+                   "cpu_min": round(prev["cpu_min"] + args.cpu_min, 1), "train_cpu_min": args.cpu_min,
+                   "dropped_overlong": len(data.get("dropped_overlong", {}).get("train", [])) if tdir else None,
+                   "train_config": yaml.safe_load((tdir / "config.yaml").read_text()) if tdir else None,
+                   "metrics": _metrics(Path(args.eval_dir)), "note": args.note,
+                   f"vs_r{prev['round']}": json.loads(Path(args.vs).read_text())})
+    curve["rounds"] = sorted(rounds, key=lambda r: r["round"])
+    path.write_text(json.dumps(curve, indent=1))
+    log.info("round %d appended to %s", args.round, path)
+
+
 def _train_config(rdir: Path) -> dict:
     """The round's resolved config (its window and adapter as `--continue` decided them), else its recipe."""
     resolved = rdir / "train" / "config.yaml"
@@ -277,6 +298,15 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("bias")
     b.add_argument("--arm", default="score")
     b.add_argument("--round", type=int, required=True)
+    a = sub.add_parser("append", help="add a round trained and evaluated by hand to the committed curve")
+    a.add_argument("--arm", default="score")
+    a.add_argument("--round", type=int, required=True)
+    a.add_argument("--train-dir", help="the round's train run dir (data.json, config.yaml)")
+    a.add_argument("--records", type=int, help="records it trained on, where its train dir is gone")
+    a.add_argument("--eval-dir", required=True, help="its eval output (metrics.json)")
+    a.add_argument("--cpu-min", type=float, required=True, help="its measured training CPU-minutes")
+    a.add_argument("--vs", required=True, help="`judgeforge eval compare --json` against the round before")
+    a.add_argument("--note", default="", help="how it was trained and measured (CPU, precision)")
     for name in ("table", "plot"):
         q = sub.add_parser(name)
         q.add_argument("--arms", type=lambda s: s.split(","), default=["score"])
@@ -291,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         run(args)
     elif args.cmd == "bias":
         bias(args)
+    elif args.cmd == "append":
+        append(args)
     elif args.cmd == "table":
         print(table(args), end="")
     else:
