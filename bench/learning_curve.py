@@ -232,7 +232,8 @@ def _ci(d: dict) -> str:
 def table(args) -> str:
     """Markdown: one row per arm and round, on `--set`, under `--variant`."""
     head = ["arm", "round", "records", "CPU min (cum.)", "Pearson [95% CI]", "Spearman", "Kendall",
-            "Δ Pearson vs base [paired CI]", "no-score", f"forgetting: {args.forgetting} Δ Pearson [CI]"]
+            "Δ Pearson vs base [paired CI]", "Δ vs the round before [paired CI]", "no-score",
+            f"forgetting: {args.forgetting} Δ Pearson [CI]"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arm in args.arms:
         curve = load_curve(arm)
@@ -240,12 +241,13 @@ def table(args) -> str:
             if r["round"] == 0 and arm != args.arms[0]:
                 continue
             m = r["metrics"][args.set].get(args.variant, {})
-            delta = lambda s: next((c for c in r.get("vs_base", []) if c["set"] == s and
-                                    c["variant"] == args.variant), None)
+            delta = lambda s, key="vs_base": next((c for c in r.get(key, []) if c["set"] == s and
+                                                   c["variant"] == args.variant), None)
             lines.append("| " + " | ".join([
                 "base" if r["round"] == 0 else arm, str(r["round"]), str(int(r["records"])), f"{r['cpu_min']:.1f}",
                 _ci(m.get("pearson")), _ci(m.get("spearman")), _ci(m.get("kendall")),
-                _paired(delta(args.set)), _f(m.get("no_score_rate")), _paired(delta(args.forgetting))]) + " |")
+                _paired(delta(args.set)), _paired(delta(args.set, f"vs_r{r['round'] - 1}")),
+                _f(m.get("no_score_rate")), _paired(delta(args.forgetting))]) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -81,6 +81,34 @@ def test_learning_curve_table_reproduces_the_committed_table(bench, monkeypatch,
     assert lc.table(args) == (REPO / "bench/results/learning_curve/score-table.md").read_text()
 
 
+def test_learning_curve_append_adds_a_hand_run_round_after_the_last(bench, monkeypatch, tmp_path):
+    """A round trained by `train --continue` and evaluated by hand joins the committed curve: records and
+    CPU minutes accumulate, its metrics and paired comparison with the round before are kept."""
+    import json
+    import shutil
+
+    lc = bench("learning_curve")
+    shutil.copy(REPO / "bench/results/learning_curve/score-curve.json", tmp_path / "score-curve.json")
+    monkeypatch.setattr(lc, "RESULTS", tmp_path)
+    monkeypatch.setattr(lc, "ROOT", tmp_path / "no-runs")  # the committed curve, not a local one
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "data.json").write_text(json.dumps({"train": 140, "dropped_overlong": {"train": ["x"]}}))
+    (tmp_path / "train" / "config.yaml").write_text("optim: {lr: 0.0002}\n")
+    r4 = REPO / "bench/results/learning_curve/r4"
+    before = json.loads((tmp_path / "score-curve.json").read_text())["rounds"]
+    last = max(before, key=lambda r: r["round"])
+    args = types.SimpleNamespace(arm="score", round=last["round"] + 1, train_dir=str(tmp_path / "train"),
+                                 records=None, eval_dir=str(r4), cpu_min=100.0, vs=str(r4 / "vs-r3.json"), note="n")
+    lc.append(args)
+    new = json.loads((tmp_path / "score-curve.json").read_text())["rounds"][-1]
+    assert new["records"] == last["records"] + 140 and new["cpu_min"] == round(last["cpu_min"] + 100.0, 1)
+    assert new["metrics"]["heldout"]["score_only"]["pearson"]["value"] == pytest.approx(0.4827, abs=1e-4)
+    assert new[f"vs_r{last['round']}"][0]["set"] == "heldout" and new["dropped_overlong"] == 1
+    row = lc.table(types.SimpleNamespace(arms=["score"], set="heldout", variant="score_only",
+                                         forgetting="vicuna_bench")).splitlines()[-1]
+    assert "0.070 [0.009, 0.142]" in row  # its paired gain over the round before
+
+
 def test_learning_curve_rounds_continue_the_previous_adapter(bench, monkeypatch, tmp_path):
     lc = bench("learning_curve")
     cmds = []
