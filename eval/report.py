@@ -141,6 +141,8 @@ def _absolute_set(recs: list[dict], variants: list[str], scale: Scale, set_info:
         rep["confusion"] = M.confusion(scores, ref, scale.values)
         if all(n is not None for n in lengths):
             rep["length_bias"] = M.length_bias(scores, lengths)
+            # the floor a judge must clear: ranking by length alone, paired on the same items
+            rep["vs_length"] = M.paired_difference(lengths, scores, ref, **boot)
         if set_info.get("external_ranking"):
             rep["ranking"] = M.ranking(scores, [r.get("response_model") or "?" for r in recs],
                                        set_info["external_ranking"])
@@ -156,21 +158,31 @@ def _pairs(recs: list[dict]) -> tuple[list[str], dict[str, dict]]:
     return ids, by_item
 
 
-def absolute_choices(recs: list[dict], variant: str, scale: Scale) -> tuple[list, list[str], list]:
+def absolute_sides(recs: list[dict], variant: str, scale: Scale) -> tuple[list[str], list, list, list[str], list]:
+    """Pair ids, A's and B's scores under `variant`, the human choices and the categories."""
     ids, by = _pairs(recs)
-    choices = [M._outcome(unit_score(by[i]["a"], variant, scale), unit_score(by[i]["b"], variant, scale))
-               for i in ids]
-    return choices, [by[i]["a"]["human"] for i in ids], [by[i]["a"].get("category") for i in ids]
+    sa = [unit_score(by[i]["a"], variant, scale) for i in ids]
+    sb = [unit_score(by[i]["b"], variant, scale) for i in ids]
+    return ids, sa, sb, [by[i]["a"]["human"] for i in ids], [by[i]["a"].get("category") for i in ids]
 
 
-def _pairwise_set(modes: dict, variants: list[str], scale: Scale, boot: dict) -> dict:
+def absolute_choices(recs: list[dict], variant: str, scale: Scale) -> tuple[list, list[str], list]:
+    _, sa, sb, human, cats = absolute_sides(recs, variant, scale)
+    return [M._outcome(a, b) for a, b in zip(sa, sb)], human, cats
+
+
+def _pairwise_set(modes: dict, variants: list[str], scale: Scale, boot: dict, ties: dict | None = None) -> dict:
+    """`ties` (the set's {margin, fraction}, eval.config.SetConfig.tie_margin): add 3-way agreement."""
     out: dict = {}
     if modes.get("absolute"):
         out["absolute"] = {}
         for v in variants:
-            choices, human, cats = absolute_choices(modes["absolute"], v, scale)
+            ids, sa, sb, human, cats = absolute_sides(modes["absolute"], v, scale)
+            choices = [M._outcome(a, b) for a, b in zip(sa, sb)]
             rep = M.pairwise_agreement(choices, human, **boot)
             rep["per_category"] = _pairwise_by_category(choices, human, cats, boot)
+            if ties:
+                rep["three_way"] = M.tie_margin_report(ids, sa, sb, human, **ties, **boot)
             out["absolute"][v] = rep
     if modes.get("relative"):
         recs = modes["relative"]
@@ -276,7 +288,7 @@ def compute_metrics(preds: list[dict], *, sets: list[dict], judges: list[str], b
                 res = _absolute_set(modes["absolute"], variants, scale_of[name], s, boot)
                 reference.setdefault(name, _reference_stats(modes["absolute"], boot))
             else:
-                res = _pairwise_set(modes, variants, scale_of[name], boot)
+                res = _pairwise_set(modes, variants, scale_of[name], boot, s.get("ties"))
             results.setdefault(judge, {})[name] = res
             samples.setdefault(judge, {})[name] = sample_stats([r for recs in modes.values() for r in recs])
     return {
@@ -476,7 +488,33 @@ def _human_table(m: dict) -> list[str]:
             "absolute: both responses graded, the higher score wins; a judge tie or an unparsed side is a "
             "miss in `accuracy`, left out of `decided`. Human ties are reported apart.", ""] + _table(
         ["set", "judge", "mode", "variant", "accuracy [95% CI]", "decided", "judge ties", "no score",
-         "human ties", "decisive pairs"], rows) + _published_lines(m)
+         "human ties", "decisive pairs"], rows) + _three_way_lines(m) + _published_lines(m)
+
+
+def _three_way_lines(m: dict) -> list[str]:
+    """3-way agreement (ties included) of the sets with a `tie_margin`, beside the decisive-pairs figure."""
+    rows = []
+    for s in _sets_of(m, kind="pairwise"):
+        for judge, res in m["results"].items():
+            for v, rep in res.get(s["name"], {}).get("absolute", {}).items():
+                t = rep.get("three_way")
+                if t:
+                    rows.append([s["name"], judge, _label(v), _ci({"value": t["accuracy"], "lo": t["lo"],
+                                                                   "hi": t["hi"]}),
+                                 f"{_f(t['margin'])} ({'fitted' if t['fitted'] else 'fixed'})",
+                                 _f(t["accuracy_margin0"]), _ci({"value": t["decisive"]["accuracy"],
+                                                                 "lo": t["decisive"]["lo"], "hi": t["decisive"]["hi"]}),
+                                 str(t["n"]), str(t["n_ties"]), str(t["judge_ties"]), str(t["missing"]),
+                                 str(t["n_calibration"])])
+    if not rows:
+        return []
+    return ["", "### Three-way agreement, ties included (the published protocol)", "",
+            "absolute: a pair is a judge tie when |E[A] − E[B]| < margin; a fitted margin maximises 3-way "
+            "accuracy on a seeded calibration share of the pairs, and every figure here is on the other "
+            "pairs only (`pairs`). `at margin 0`: the same pairs without the margin; `decisive`: accuracy on "
+            "their human-decisive pairs; a side without a score is a miss (`no score`).", ""] + _table(
+        ["set", "judge", "variant", "3-way accuracy [95% CI]", "margin", "at margin 0",
+         "decisive [95% CI]", "pairs", "human ties", "judge ties", "no score", "calibration pairs"], rows)
 
 
 def _published_lines(m: dict) -> list[str]:
@@ -518,16 +556,26 @@ def _length_table(m: dict) -> list[str]:
         ref = m["reference"].get(s["name"], {}).get("length_only")
         if ref and ref.get("r") is not None:
             rows.append([s["name"], f"{s['reference']} (reference)", _f(ref["r"]), _f(ref["r2"]), _f(ref["p"]),
-                         str(ref["n"])])
+                         str(ref["n"]), ""])
         for judge, res in m["results"].items():
-            lb = res.get(s["name"], {}).get(pv, {}).get("length_bias")
-            if lb:
-                rows.append([s["name"], f"{judge} {_label(pv)}", _f(lb["r"]), _f(lb["r2"]), _f(lb["p"]),
-                             str(lb["n"])])
+            for v in dict.fromkeys([pv, SCORE_ONLY]):  # score-only too: the variant the embedded judge is used with
+                rep = res.get(s["name"], {}).get(v, {})
+                lb, vs = rep.get("length_bias"), rep.get("vs_length") or {}
+                if lb:
+                    rows.append([s["name"], f"{judge} {_label(v)}", _f(lb["r"]), _f(lb["r2"]), _f(lb["p"]),
+                                 str(lb["n"]), _paired_ci(vs)])
     if not rows:
         return []
-    return ["## Length bias: score vs response length in tokens", ""] + _table(
-        ["set", "scores of", "r", "R²", "p", "n"], rows)
+    return ["## Length bias: score vs response length in tokens", "",
+            "Last column: the judge's Pearson with the reference minus that of response length alone, "
+            "paired bootstrap over the same items (above 0: the judge beats the length baseline).", ""] + _table(
+        ["set", "scores of", "r", "R²", "p", "n", "Δ Pearson vs length alone [paired 95% CI]"], rows)
+
+
+def _paired_ci(d: dict) -> str:
+    if d.get("diff") is None:
+        return ""
+    return f"{d['diff']:+.3f} [{_f(d['lo'])}, {_f(d['hi'])}]" if d.get("lo") is not None else f"{d['diff']:+.3f}"
 
 
 def _probe_rows(m: dict, probe: str, cells) -> list[list[str]]:

@@ -115,6 +115,10 @@ def test_run_writes_report_from_metrics(tmp_path, vendor, fake_engine):
     assert "Table 13" in report and "Table 12" in report and "Table 3" in report
     d = metrics["comparisons"]["good"]["vicuna"]["n3"]
     assert d["n"] > 0 and d["lo"] is not None
+    # the length floor, paired on the same items: judge minus length alone, both against the reference
+    vl, length_r = vic["score_only"]["vs_length"], metrics["reference"]["vicuna"]["length_only"]["r"]
+    assert vl["a"] == pytest.approx(length_r) and vl["b"] == pytest.approx(vic["score_only"]["correlation"]["pearson"]["value"])
+    assert vl["lo"] <= vl["diff"] <= vl["hi"] and "vs length alone" in report
     assert m == metrics
 
 
