@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -58,6 +58,16 @@ class SetConfig(Config):
     """Fail when the data is absent instead of skipping the set with a message."""
     external_ranking: dict[str, float] = {}
     """Response model -> external score (higher better) for the ranking correlation."""
+    tie_margin: Literal["fit"] | Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    """Pairwise sets graded absolutely: a pair is a judge tie when |E[A] - E[B]| is below this margin,
+    and the report adds 3-way agreement (ties included: the Auto-J and PandaLM protocol, comparable with
+    their published figures). `fit`: the margin maximising 3-way accuracy on a seeded calibration share
+    of the pairs (`tie_calibration_fraction`), every figure on the other pairs only; a number: that
+    margin, on every pair. None: a tie only on equal scores and no 3-way figure (the decisive-pairs
+    table alone)."""
+    tie_calibration_fraction: float = Field(0.3, gt=0, lt=1)
+    """Share of the pairs `tie_margin: fit` fits the margin on (each pair's side is a seeded hash of its
+    id, so about this share); they are left out of the 3-way figures."""
 
     @field_validator("kind")
     @classmethod
@@ -72,6 +82,8 @@ class SetConfig(Config):
             self.role = kind.role
         if not kind.pairwise and self.modes != ["absolute"]:
             raise ValueError(f"set {self.name!r}: modes apply to pairwise sets only")
+        if self.tie_margin is not None and not (kind.pairwise and "absolute" in self.modes):
+            raise ValueError(f"set {self.name!r}: tie_margin applies to pairwise sets graded in absolute mode")
         return self
 
 

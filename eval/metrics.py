@@ -1,6 +1,6 @@
 """Evaluation metrics: how closely a judge's scores track a reference (GPT-4 or humans).
 
-Pure logic (numpy + scipy.stats only, no torch/vLLM). Every interval is a
+Pure logic (numpy + scipy.stats, no torch/vLLM; the data builder's seeded split). Every interval is a
 percentile bootstrap over items from a seeded numpy generator, so a report is
 reproducible bit for bit. Scores that could not be parsed arrive as `None`:
 they are excluded from correlations but always counted (`parse_failure_rate`).
@@ -18,6 +18,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
+
+from judgeforge.data.split import seeded_fraction
 
 CORRELATIONS = ("pearson", "spearman", "kendall")
 DEFAULT_BOOT = 1000
@@ -249,6 +251,14 @@ def _accuracy_ci(correct: np.ndarray, n_boot: int, seed: int, level: float) -> t
     return lo, hi
 
 
+def _check_choices(judge: Sequence[str | None], human: Sequence[str]) -> None:
+    if len(judge) != len(human):
+        raise ValueError("judge and human choices differ in length")
+    bad = {h for h in human if h not in ("a", "b", "tie")}
+    if bad:
+        raise ValueError(f"human choices must be 'a', 'b' or 'tie', got {sorted(map(str, bad))}")
+
+
 def pairwise_agreement(judge: Sequence[str | None], human: Sequence[str], *,
                        n_boot: int = DEFAULT_BOOT, seed: int = DEFAULT_SEED, level: float = 0.95) -> dict:
     """Agreement of judge choices ('a'/'b'/'tie'/None) with human choices ('a'/'b'/'tie').
@@ -258,11 +268,7 @@ def pairwise_agreement(judge: Sequence[str | None], human: Sequence[str], *,
     `accuracy_decided` is over the pairs the judge decided (the Prometheus-2 number when
     ties are dropped); judge ties and parse failures are counted.
     """
-    if len(judge) != len(human):
-        raise ValueError("judge and human choices differ in length")
-    bad = {h for h in human if h not in ("a", "b", "tie")}
-    if bad:
-        raise ValueError(f"human choices must be 'a', 'b' or 'tie', got {sorted(map(str, bad))}")
+    _check_choices(judge, human)
     dec = [(j, h) for j, h in zip(judge, human) if h != "tie"]
     ties = [j for j, h in zip(judge, human) if h == "tie"]
     correct = np.asarray([j == h for j, h in dec], dtype=float)
@@ -287,6 +293,87 @@ def absolute_pairwise(scores_a: Sequence[float | None], scores_b: Sequence[float
     """Prometheus-2 protocol for absolute judges: grade both responses, higher score wins."""
     choices = [_outcome(a, b) for a, b in zip(scores_a, scores_b)]
     return pairwise_agreement(choices, human, **kw)
+
+
+# ---------------------------------------------------------------- ties for absolute-graded pairs
+# Two expected scores are never exactly equal, so `_outcome` never says 'tie' and every human tie of a
+# 3-way protocol (about a quarter of Auto-J's and PandaLM's pairs) is lost. A margin on |E[A] - E[B]|,
+# fitted on a calibration share of the pairs and scored on the rest, gives the judge ties honestly.
+
+def score_diffs(scores_a: Sequence[float | None], scores_b: Sequence[float | None]) -> list[float | None]:
+    """E[A] - E[B] per pair; None where either side has no score (counted downstream, never filled in)."""
+    return [None if a is None or b is None else float(a) - float(b) for a, b in zip(scores_a, scores_b)]
+
+
+def margin_choices(diffs: Sequence[float | None], margin: float) -> list[str | None]:
+    """'tie' when |diff| < margin or the scores are equal (so margin 0 is `_outcome`), else the higher side."""
+    return [None if d is None else "tie" if d == 0 or abs(d) < margin else "a" if d > 0 else "b"
+            for d in diffs]
+
+
+def fit_tie_margin(diffs: Sequence[float | None], human: Sequence[str]) -> float:
+    """The margin m >= 0 maximising 3-way accuracy of `margin_choices(diffs, m)` against `human`.
+
+    Candidates: 0 and the midpoints between consecutive distinct |diff| values (every other margin
+    gives one of their partitions); the smallest of the best wins. Pairs without a diff are skipped;
+    no pair at all gives 0.
+    """
+    _check_choices(diffs, human)
+    keep = sorted((abs(d), d, h) for d, h in zip(diffs, human) if d is not None)
+    if not keep:
+        return 0.0
+    a = np.array([k[0] for k in keep])
+    tie_hits = np.cumsum([0] + [h == "tie" for _, _, h in keep])
+    side_hits = np.cumsum([0] + [(d > 0 and h == "a") or (d < 0 and h == "b") for _, d, h in keep])
+    values = np.unique(a)
+    cands = np.concatenate([[0.0], (values[:-1] + values[1:]) / 2])
+    # The pairs called ties at margin m are the first k in |diff| order: |diff| < m, and every zero.
+    k = np.maximum(np.searchsorted(a, cands, "left"), np.searchsorted(a, 0.0, "right"))
+    correct = tie_hits[k] + side_hits[-1] - side_hits[k]
+    return float(cands[int(np.argmax(correct))])  # argmax: the first, i.e. smallest, best margin
+
+
+def three_way_agreement(judge: Sequence[str | None], human: Sequence[str], *, n_boot: int = DEFAULT_BOOT,
+                        seed: int = DEFAULT_SEED, level: float = 0.95) -> dict:
+    """Accuracy over ALL pairs, ties included (the Auto-J/PandaLM protocol): a judge tie matches a
+    human tie; a pair the judge could not score (None) is a miss, counted in `missing`."""
+    _check_choices(judge, human)
+    correct = np.asarray([j == h for j, h in zip(judge, human)], dtype=float)
+    lo, hi = _accuracy_ci(correct, n_boot, seed, level)
+    return {"n": len(human), "accuracy": float(correct.mean()) if correct.size else None, "lo": lo, "hi": hi,
+            "n_ties": sum(h == "tie" for h in human), "judge_ties": sum(j == "tie" for j in judge),
+            "missing": sum(j is None for j in judge)}
+
+
+def calibration_split(ids: Sequence[str], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(calibration, report) indices: each pair's side is a seeded hash of its id (the data builder's
+    `seeded_fraction`), so the split depends on neither the order nor the other pairs."""
+    cal = [i for i, key in enumerate(ids) if seeded_fraction(str(key), seed, fraction)]
+    chosen = set(cal)
+    return cal, [i for i in range(len(ids)) if i not in chosen]
+
+
+def tie_margin_report(ids: Sequence[str], scores_a: Sequence[float | None], scores_b: Sequence[float | None],
+                      human: Sequence[str], *, margin: str | float, fraction: float, n_boot: int = DEFAULT_BOOT,
+                      seed: int = DEFAULT_SEED, level: float = 0.95) -> dict:
+    """3-way agreement of an absolute judge with a tie margin. `margin='fit'`: fitted on the seeded
+    calibration share of the pairs, every figure on the other pairs only (nothing is scored on what it
+    was fitted on); a number: that margin on every pair. Beside it, on the same pairs: the 3-way accuracy
+    at margin 0 and the decisive-pairs accuracy (human ties left out)."""
+    diffs = score_diffs(scores_a, scores_b)
+    if margin == "fit":
+        cal, rep = calibration_split(ids, fraction, seed)
+        m = fit_tie_margin([diffs[i] for i in cal], [human[i] for i in cal])
+    else:
+        cal, rep, m = [], list(range(len(diffs))), float(margin)
+    d, h = [diffs[i] for i in rep], [human[i] for i in rep]
+    boot = {"n_boot": n_boot, "seed": seed, "level": level}
+    decisive = pairwise_agreement(margin_choices(d, 0.0), h, **boot)
+    at_zero = three_way_agreement(margin_choices(d, 0.0), h, **boot)
+    return {"margin": m, "fitted": margin == "fit", "n_calibration": len(cal),
+            "calibration_missing": sum(diffs[i] is None for i in cal),
+            **three_way_agreement(margin_choices(d, m), h, **boot), "accuracy_margin0": at_zero["accuracy"],
+            "decisive": {k: decisive[k] for k in ("accuracy", "lo", "hi", "n_decisive")}}
 
 
 def length_bias(scores: Sequence[float | None], lengths: Sequence[int]) -> dict:

@@ -100,7 +100,9 @@ def set_summaries(cfg: EvalConfig, sets: list[S.EvalSet]) -> list[dict]:
         scale = s.items[0].scale
         out.append({**s.summary(), "role": sc.role, "set_kind": sc.kind, "scale": [scale.lo, scale.hi],
                     "modes": sc.modes if s.kind == "pairwise" else ["absolute"],
-                    "external_ranking": sc.external_ranking})
+                    "external_ranking": sc.external_ranking,
+                    **({"ties": {"margin": sc.tie_margin, "fraction": sc.tie_calibration_fraction}}
+                       if sc.tie_margin is not None else {})})
     return out
 
 
