@@ -61,6 +61,7 @@ BENCHES = (  # cheap ones first, the retraining ones last
     Bench("peer_prometheus_eval", "peer_prometheus_eval.py", needs=("peer",)),
     Bench("train", "train_bench.py", ("--markdown",), write=None),
     Bench("train_precision", "train_precision_bench.py"),
+    Bench("compact_head", "compact_head_bench.py"),
     Bench("ddp", "ddp_bench.py"),
     Bench("gemma_vs_smollm", "gemma_vs_smollm.py"),
     Bench("train_gpu_mixtral", "train_gpu_mixtral.py", ("--markdown",), write=None, needs=("gpu",)),

@@ -6,12 +6,24 @@ so it refuses such a model. The BiGGen-Bench recipe adapts `lm_head`; for
 those models this trainer takes the loss from the model's own forward (the
 plain `Trainer` loss, full logits) instead, and is TRL's trainer unchanged
 otherwise.
+
+On CPU, TRL's fused head scores every position of the sequence: it gathers only the
+positions that carry a label where Triton runs, because elsewhere (Neuron, XLA) a
+varying row count recompiles. Eager CPU has no such cost, and a judge's completion-only
+target is a handful of tokens out of ~1,400, so `compact_cpu_head` makes TRL gather
+them on CPU too: the same loss and gradients, without the head's matmul over every
+position (~29% of SmolLM2's training FLOPs, ~72% of Gemma 3's with its 262k vocabulary).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 from transformers import Trainer
 from trl import SFTTrainer
+
+log = logging.getLogger(__name__)
 
 
 def adapted_head(model):
@@ -40,6 +52,26 @@ class JudgeSFTTrainer(SFTTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if not self.unfused_loss:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            with compact_cpu_head():
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         inputs["use_cache"] = False
         return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+
+
+@contextlib.contextmanager
+def compact_cpu_head():
+    """While open, TRL's fused head scores only the labelled positions on CPU as well (see the module
+    docstring). Only the gather decision changes: the kernel choice is bound separately in
+    trl.kernels.chunked_logprob, so CPU keeps its tile path, forward and backward."""
+    from trl.trainer import utils as trl_utils
+
+    original = getattr(trl_utils, "_use_triton", None)
+    if original is None:  # a TRL that moved it: train as TRL does, scoring every position
+        log.debug("trl.trainer.utils._use_triton not found; the fused head scores every position")
+        yield
+        return
+    trl_utils._use_triton = lambda device: device.type == "cpu" or original(device)
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
