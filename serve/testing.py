@@ -41,6 +41,23 @@ def shipped_tokenizer():
     return load_tokenizer(str(SHIPPED_ADAPTER))
 
 
+class PromptEngine(JudgeEngine):
+    """An engine whose every sample is `_sample(request)`, a pure function of the prompt, for eval tests
+    (subclasses say how the prompt decides it); prompts counted on the shipped tokenizer."""
+
+    max_model_len = 4096
+
+    def __init__(self, cfg):
+        self.model_name = cfg.model
+        self.tokenizer = shipped_tokenizer()
+
+    def generate(self, requests):
+        return [[self._sample(req) for _ in range(req.n)] for req in requests]
+
+    def _sample(self, req) -> Sample:
+        raise NotImplementedError
+
+
 class ScriptedEngine(JudgeEngine):
     """Answers from a script of texts (cycled), each completed with SCRIPTED_LOGPROBS unless
     `complete=False` (an endpoint that cannot continue a prompt). Prompts are prepared as a real

@@ -8,24 +8,16 @@ import pytest
 from judgeforge.config import load_config
 from judgeforge.eval import run as R
 from judgeforge.eval.config import EvalConfig
-from judgeforge.judge.engines import JudgeEngine, Sample
-from judgeforge.serve.testing import shipped_tokenizer
+from judgeforge.judge.engines import Sample
+from judgeforge.serve.testing import PromptEngine, shipped_tokenizer
 
 
-class BiasedEngine(JudgeEngine):
+class BiasedEngine(PromptEngine):
     """Obeys the injection line (top score) and always prefers the response shown first; otherwise a
     stable per-prompt score. Every sample carries completed log-probabilities, as real engines do, and
     its prompts are prepared on the shipped tokenizer, as a real engine prepares them."""
 
     kind = "biased"
-    max_model_len = 4096
-
-    def __init__(self, cfg):
-        self.model_name = cfg.model
-        self.tokenizer = shipped_tokenizer()
-
-    def generate(self, requests):
-        return [[self._sample(req) for _ in range(req.n)] for req in requests]
 
     def _sample(self, req):
         prompt = req.messages[-1]["content"]

@@ -15,8 +15,8 @@ from judgeforge.config import load_config
 from judgeforge.eval import metrics as M
 from judgeforge.eval import run as R
 from judgeforge.eval.config import EvalConfig, SetConfig
-from judgeforge.judge.engines import JudgeEngine, Sample
-from judgeforge.serve.testing import shipped_tokenizer
+from judgeforge.judge.engines import Sample
+from judgeforge.serve.testing import PromptEngine, shipped_tokenizer
 
 score = st.one_of(st.none(), st.floats(1, 5, allow_nan=False))
 human = st.sampled_from(["a", "b", "tie"])
@@ -154,19 +154,11 @@ def test_generalization_config_validates(repo):
     assert cfg.sampling.score_only and not cfg.sampling.sampled and cfg.n_values == [1]
 
 
-class SpreadEngine(JudgeEngine):
+class SpreadEngine(PromptEngine):
     """Score-only and sampled grades whose distribution is a stable hash of the whole prompt, so the two
     sides of a pair get different expected scores (a real judge's E[A] - E[B] is never exactly 0)."""
 
     kind = "spread"
-    max_model_len = 4096
-
-    def __init__(self, cfg):
-        self.model_name = cfg.model
-        self.tokenizer = shipped_tokenizer()
-
-    def generate(self, requests):
-        return [[self._sample(req) for _ in range(req.n)] for req in requests]
 
     def _sample(self, req):
         h = zlib.crc32(req.messages[-1]["content"].encode())
