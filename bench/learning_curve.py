@@ -4,6 +4,7 @@
     python bench/learning_curve.py run --arm feedback --rounds 150 --set data.target=feedback
     python bench/learning_curve.py table --arms score,feedback       # markdown, from curve.json files
     python bench/learning_curve.py plot --arms score --out docs/img/learning_curve.png
+    python bench/learning_curve.py next --round 6 --continue runs/curve/continued/r5/train   # one more round
 
 `run`: round 0 is the base judge (shared by every arm); round 1 trains
 `configs/train/embedded-judge.yaml` (plus the arm's `--set` overrides) on the first window of the
@@ -39,6 +40,7 @@ RESULTS = REPO / "bench" / "results" / "learning_curve"
 TRAIN_CFG = REPO / "configs" / "train" / "embedded-judge.yaml"
 EVAL_CFG = REPO / "configs" / "eval" / "embedded-judge.yaml"
 BIAS_CFG = REPO / "configs" / "eval" / "embedded-judge-bias.yaml"
+ROUNDS_CFG = REPO / "configs" / "eval" / "embedded-judge-rounds.yaml"
 JF = [sys.executable, "-m", "judgeforge.cli"]
 VARIANTS = ("n1", "n3", EXPECTED, SCORE_ONLY)
 BUILDS = {"runs/data/embedded-judge": "configs/data/embedded-judge.yaml"}
@@ -205,6 +207,46 @@ def append(args) -> None:
     log.info("round %d appended to %s", args.round, path)
 
 
+def next_round(args) -> None:
+    """Round k end to end, resumable: `train --continue` the given adapter on the build's next window,
+    evaluate it score-only on the held-out items (configs/eval/embedded-judge-rounds.yaml, one judge), compare
+    it paired with round k-1's committed predictions, keep its results in bench/results/learning_curve/rk/
+    and append it to the committed curve. Each step's CPU time goes to runs/curve/continued/rk/cost.json."""
+    import shutil
+
+    k = args.round
+    rdir, keep, prev = ROOT / "continued" / f"r{k}", RESULTS / f"r{k}", RESULTS / f"r{k - 1}"
+    if not (prev / "predictions.jsonl").is_file():
+        raise SystemExit(f"round {k - 1}'s predictions are not in {prev}: the paired comparison needs them")
+    cfg = yaml.safe_load(TRAIN_CFG.read_text())
+    for item in args.set:
+        key, value = item.split("=", 1)
+        set_dotted(cfg, key, yaml.safe_load(value))
+    cfg["out"] = str(rdir / "train")
+    cfg["tracking"]["run_name"] = f"continued-r{k}-train"
+    train_once(rdir, cfg, continue_from=args.continue_from)
+    ev = yaml.safe_load(ROUNDS_CFG.read_text())
+    ev["judges"] = [{**ev["judges"][-1], "name": "current", "adapter": str(rdir / "train")}]
+    ev["out"] = str(rdir / "eval")
+    (rdir / "eval.yaml").write_text(yaml.safe_dump(ev, sort_keys=False))
+    if not (rdir / "eval" / "metrics.json").is_file():
+        timed([*JF, "eval", "--config", str(rdir / "eval.yaml")], rdir / "cost.json", "eval")
+    keep.mkdir(parents=True, exist_ok=True)
+    vs = keep / f"vs-r{k - 1}.json"
+    timed([*JF, "eval", "compare", str(prev), str(rdir / "eval"), "--out", str(RESULTS / f"score-r{k}-vs-r{k - 1}.md"),
+           "--json", str(vs)], rdir / "cost.json", "compare")
+    for src, name in ((rdir / "eval" / "predictions.jsonl", "predictions.jsonl"),
+                      (rdir / "eval" / "metrics.json", "metrics.json"),
+                      (rdir / "train" / "adapter" / "judgeforge.json", "judgeforge.json"),
+                      (rdir / "train" / "loss.json", "train-loss.json")):
+        shutil.copy(src, keep / name)
+    shutil.copy(rdir / "eval" / "report.md", RESULTS / f"score-r{k}-report.md")
+    cost = json.loads((rdir / "cost.json").read_text())
+    append(argparse.Namespace(arm="score", round=k, train_dir=str(rdir / "train"), records=None, eval_dir=str(keep),
+                              cpu_min=round(cost["train"]["cpu_s"] / 60, 1), vs=str(vs),
+                              note=f"bench/learning_curve.py next --round {k} --continue {args.continue_from}"))
+
+
 def _train_config(rdir: Path) -> dict:
     """The round's resolved config (its window and adapter as `--continue` decided them), else its recipe."""
     resolved = rdir / "train" / "config.yaml"
@@ -300,6 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("bias")
     b.add_argument("--arm", default="score")
     b.add_argument("--round", type=int, required=True)
+    n = sub.add_parser("next", help="round k end to end: train --continue, evaluate, compare, keep, append")
+    n.add_argument("--round", type=int, required=True)
+    n.add_argument("--continue", dest="continue_from", required=True,
+                   help="round k-1's adapter (a train run dir, its adapter/, or judgeforge/default_judge)")
+    n.add_argument("--set", action="append", default=[], help="train config override key=value")
     a = sub.add_parser("append", help="add a round trained and evaluated by hand to the committed curve")
     a.add_argument("--arm", default="score")
     a.add_argument("--round", type=int, required=True)
@@ -325,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         bias(args)
     elif args.cmd == "append":
         append(args)
+    elif args.cmd == "next":
+        next_round(args)
     elif args.cmd == "table":
         print(table(args), end="")
     else:

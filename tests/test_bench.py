@@ -109,6 +109,54 @@ def test_learning_curve_append_adds_a_hand_run_round_after_the_last(bench, monke
     assert "0.070 [0.009, 0.142]" in row  # its paired gain over the round before
 
 
+def test_learning_curve_next_round_trains_evaluates_compares_keeps_and_appends(bench, monkeypatch, tmp_path):
+    """`next --round k`: train --continue, a one-judge score-only eval, the paired comparison with round k-1's
+    committed predictions, the results kept beside them and the round appended; the steps are faked here."""
+    import json
+    import shutil
+
+    lc = bench("learning_curve")
+    results, committed = tmp_path / "results", REPO / "bench/results/learning_curve"
+    results.mkdir()
+    shutil.copy(committed / "score-curve.json", results / "score-curve.json")
+    shutil.copytree(committed / "r5", results / "r5")
+    monkeypatch.setattr(lc, "RESULTS", results)
+    monkeypatch.setattr(lc, "ROOT", tmp_path / "runs")
+    cmds = []
+
+    def fake(cmd, cost, step):
+        cmds.append(cmd)
+        rdir = cost.parent
+        if step == "train":
+            (rdir / "train" / "adapter").mkdir(parents=True)
+            (rdir / "train" / "adapter" / "judgeforge.json").write_text("{}")
+            (rdir / "train" / "data.json").write_text(json.dumps({"train": 150, "dropped_overlong": {"train": []}}))
+            (rdir / "train" / "config.yaml").write_text("optim: {lr: 0.0002}\n")
+            (rdir / "train" / "loss.json").write_text("{}")
+        elif step == "eval":
+            shutil.copytree(committed / "r5", rdir / "eval")
+            (rdir / "eval" / "report.md").write_text("report")
+        else:
+            shutil.copy(committed / "r5" / "vs-r4.json", cmd[cmd.index("--json") + 1])
+        entry = json.loads(cost.read_text()) if cost.is_file() else {}
+        cost.write_text(json.dumps({**entry, step: {"cpu_s": 600.0}}))
+
+    monkeypatch.setattr(lc, "timed", fake)
+    lc.next_round(types.SimpleNamespace(round=6, continue_from="runs/train/r5", set=["optim.lr=0.0001"]))
+    train, ev, compare = cmds
+    assert train[-2:] == ["--continue", "runs/train/r5"] and compare[-6:-4] == [str(results / "r5"),
+                                                                                 str(tmp_path / "runs/continued/r6/eval")]
+    recipe = yaml.safe_load((tmp_path / "runs/continued/r6/train.yaml").read_text())
+    judges = yaml.safe_load((tmp_path / "runs/continued/r6/eval.yaml").read_text())["judges"]
+    assert recipe["optim"]["lr"] == 0.0001 and [j["adapter"] for j in judges] == [str(tmp_path / "runs/continued/r6/train")]
+    assert {p.name for p in (results / "r6").iterdir()} == {"predictions.jsonl", "metrics.json", "judgeforge.json",
+                                                             "train-loss.json", "vs-r5.json"}
+    last = json.loads((results / "score-curve.json").read_text())["rounds"][-1]
+    assert last["round"] == 6 and last["train_cpu_min"] == 10.0 and last["records"] == 732 + 150 and "vs_r5" in last
+    with pytest.raises(SystemExit, match="round 7's predictions"):
+        lc.next_round(types.SimpleNamespace(round=8, continue_from="x", set=[]))
+
+
 def test_learning_curve_rounds_continue_the_previous_adapter(bench, monkeypatch, tmp_path):
     lc = bench("learning_curve")
     cmds = []
