@@ -499,11 +499,9 @@ def _three_way_lines(m: dict) -> list[str]:
             for v, rep in res.get(s["name"], {}).get("absolute", {}).items():
                 t = rep.get("three_way")
                 if t:
-                    rows.append([s["name"], judge, _label(v), _ci({"value": t["accuracy"], "lo": t["lo"],
-                                                                   "hi": t["hi"]}),
+                    rows.append([s["name"], judge, _label(v), _ci(t, "accuracy"),
                                  f"{_f(t['margin'])} ({'fitted' if t['fitted'] else 'fixed'})",
-                                 _f(t["accuracy_margin0"]), _ci({"value": t["decisive"]["accuracy"],
-                                                                 "lo": t["decisive"]["lo"], "hi": t["decisive"]["hi"]}),
+                                 _f(t["accuracy_margin0"]), _ci(t["decisive"], "accuracy"),
                                  str(t["n"]), str(t["n_ties"]), str(t["judge_ties"]), str(t["missing"]),
                                  str(t["n_calibration"])])
     if not rows:
@@ -563,7 +561,7 @@ def _length_table(m: dict) -> list[str]:
                 lb, vs = rep.get("length_bias"), rep.get("vs_length") or {}
                 if lb:
                     rows.append([s["name"], f"{judge} {_label(v)}", _f(lb["r"]), _f(lb["r2"]), _f(lb["p"]),
-                                 str(lb["n"]), _paired_ci(vs)])
+                                 str(lb["n"]), _ci(vs, "diff") if vs else ""])
     if not rows:
         return []
     return ["## Length bias: score vs response length in tokens", "",
@@ -571,11 +569,6 @@ def _length_table(m: dict) -> list[str]:
             "paired bootstrap over the same items (above 0: the judge beats the length baseline).", ""] + _table(
         ["set", "scores of", "r", "R²", "p", "n", "Δ Pearson vs length alone [paired 95% CI]"], rows)
 
-
-def _paired_ci(d: dict) -> str:
-    if d.get("diff") is None:
-        return ""
-    return f"{d['diff']:+.3f} [{_f(d['lo'])}, {_f(d['hi'])}]" if d.get("lo") is not None else f"{d['diff']:+.3f}"
 
 
 def _probe_rows(m: dict, probe: str, cells) -> list[list[str]]:
