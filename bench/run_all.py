@@ -4,7 +4,7 @@
     python bench/run_all.py [--only serve,data_build] [--skip learning_curve] [--write-results]
 
 On 2 CPU cores the whole set takes many hours (the learning curve and the distillation comparison
-retrain the embedded judge: hours each); `--only` picks some. Each benchmark runs as its own
+retrain the embedded judge, and the generalization table grades ~12,000 prompts: hours each); `--only` picks some. Each benchmark runs as its own
 process from the checkout's root; one that fails does not stop the rest, and the exit status says
 whether any failed. A benchmark whose requirement is missing (a GPU, the `peer` extra, the earlier
 commit it compares with) is skipped with the reason. `--write-results` passes each benchmark its
@@ -67,6 +67,7 @@ BENCHES = (  # cheap ones first, the retraining ones last
     Bench("train_gpu_mixtral", "train_gpu_mixtral.py", ("--markdown",), write=None, needs=("gpu",)),
     Bench("learning_curve", "learning_curve.py", ("run", "--arm", "score", "--rounds", "150,150"), write=None),
     Bench("distill_vs_sft", "distill_vs_sft.py", ("run", "--records", "150"), write=None),
+    Bench("generalization", "generalization.py", ("run",), write=None),
 )
 
 

@@ -35,7 +35,8 @@ def test_run_all_selects_and_builds_the_documented_commands(bench):
     ra = bench("run_all")
     picked = ra.select(ra.BENCHES, ["serve", "data_build"], [])
     assert [b.name for b in picked] == ["data_build", "serve"]  # the set's order, not the option's
-    assert [b.name for b in ra.select(ra.BENCHES, [], ["learning_curve", "distill_vs_sft"])][-1] == "train_gpu_mixtral"
+    long = ["learning_curve", "distill_vs_sft", "generalization"]
+    assert [b.name for b in ra.select(ra.BENCHES, [], long)][-1] == "train_gpu_mixtral"
     with pytest.raises(SystemExit, match="unknown benchmark.*nope.*known: data_build"):
         ra.select(ra.BENCHES, ["nope"], [])
     serve = picked[1]
@@ -187,3 +188,73 @@ def test_distill_arms_continue_the_shipped_judge(bench, monkeypatch, tmp_path):
 def test_bench_scripts_parse(script):
     r = subprocess.run([sys.executable, f"bench/{script}", "--help"], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0 and "usage:" in r.stdout, r.stderr
+
+
+def _one_set_report(d: Path, preds: list[dict], sets: list[dict]) -> None:
+    """A one-set eval report dir as `judgeforge eval` leaves it (metrics, predictions, config)."""
+    import json
+
+    from judgeforge.eval.report import compute_metrics
+
+    m = compute_metrics(preds, sets=sets, judges=["base", "default-judge"], baseline="base", n_values=[1],
+                        score_only=False, n_boot=200, level=0.95, seed=0, meta={"timing": {}})
+    d.mkdir(parents=True)
+    (d / "metrics.json").write_text(json.dumps(m))
+    (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in preds))
+    (d / "config.yaml").write_text("out: x\n")
+    (d / "report.md").write_text("# report\n")
+    (d / "cost.json").write_text(json.dumps({sets[0]["name"]: {"cpu_s": 120.0}, "cpu": "test CPU"}))
+
+
+def test_generalization_table_merges_one_set_runs_into_the_report_one_run_would_write(bench, monkeypatch, tmp_path):
+    """Sets run a session at a time and merged give the same figures as one run over all of them."""
+    import json
+
+    from judgeforge.cascade.testing import synthetic_predictions
+    from judgeforge.eval.report import compute_metrics
+
+    g = bench("generalization")
+    monkeypatch.setattr(g, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(g, "ROOT", tmp_path / "runs")
+    sets = [{"name": n, "kind": "absolute", "role": r, "reference": "gpt-4", "n_items": 40, "n_available": 40,
+             "source": "synthetic", "scale": [1, 5]} for n, r in (("heldout", "mimic"), ("vicuna", "forgetting"))]
+    preds = {s["name"]: [r for judge, seed in (("base", 1), ("default-judge", 2))
+                         for r in synthetic_predictions(40, judge=judge, set_name=s["name"], seed=seed)]
+             for s in sets}
+    for s in sets:
+        _one_set_report(tmp_path / "results" / s["name"], preds[s["name"]], [s])
+    text = g.table(None)
+    whole = compute_metrics([r for p in preds.values() for r in p], sets=sets, judges=["base", "default-judge"],
+                            baseline="base", n_values=[1], score_only=False, n_boot=200, level=0.95, seed=0)
+    merged = json.loads((tmp_path / "runs" / "merged" / "metrics.json").read_text())
+    assert merged["results"] == json.loads(json.dumps(whole["results"]))
+    assert merged["comparisons"] == json.loads(json.dumps(whole["comparisons"]))
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    d = whole["comparisons"]["default-judge"]["vicuna"]["n1"]
+    assert {"heldout", "vicuna"} <= set(rows) and f"{d['diff']:.3f} [{d['lo']:.3f}, {d['hi']:.3f}]" in rows["vicuna"]
+    assert "| 2.0 |" in rows["heldout"] and (tmp_path / "results" / "generalization.md").read_text() == text
+
+
+def test_generalization_run_keeps_each_set_and_skips_the_kept(bench, monkeypatch, tmp_path):
+    g = bench("generalization")
+    monkeypatch.setattr(g, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(g, "ROOT", tmp_path / "runs")
+    ran = []
+
+    def fake_eval(cmd, cost, step):  # what `judgeforge eval` leaves in the config's out dir
+        cfg = yaml.safe_load(Path(cmd[cmd.index("--config") + 1]).read_text())
+        ran.append((step, [s.get("max_items") for s in cfg["sets"]], len(cfg["judges"])))
+        out = Path(cfg["out"])
+        out.mkdir(parents=True)
+        for f in g.KEEP:
+            (out / f).write_text("{}")
+        cost.write_text('{"%s": {"cpu_s": 6.0}}' % step)
+
+    monkeypatch.setattr(g, "timed", fake_eval)
+    g.main(["run", "--sets", "vicuna_bench,hhh_alignment", "--max-items", "vicuna_bench=160"])
+    g.main(["run", "--sets", "vicuna_bench"])
+    assert ran == [("vicuna_bench", [160], 2), ("hhh_alignment", [None], 2)]
+    assert (tmp_path / "results" / "hhh_alignment" / "predictions.jsonl").is_file()
+    assert "CPU" in (tmp_path / "results" / "vicuna_bench" / "cost.json").read_text()
+    with pytest.raises(SystemExit, match="no set 'nope'"):
+        g.main(["run", "--sets", "nope"])
