@@ -243,6 +243,11 @@ def _outcome(sa: float | None, sb: float | None) -> str | None:
     return "a" if sa > sb else "b" if sb > sa else "tie"
 
 
+def outcomes(scores_a: Sequence[float | None], scores_b: Sequence[float | None]) -> list[str | None]:
+    """Each pair's choice from its two absolute scores: the higher side, 'tie' when equal, None without both."""
+    return [_outcome(a, b) for a, b in zip(scores_a, scores_b)]
+
+
 def _accuracy_ci(correct: np.ndarray, n_boot: int, seed: int, level: float) -> tuple:
     if correct.size < 3:
         return None, None
@@ -291,7 +296,7 @@ def pairwise_agreement(judge: Sequence[str | None], human: Sequence[str], *,
 def absolute_pairwise(scores_a: Sequence[float | None], scores_b: Sequence[float | None],
                       human: Sequence[str], **kw) -> dict:
     """Prometheus-2 protocol for absolute judges: grade both responses, higher score wins."""
-    choices = [_outcome(a, b) for a, b in zip(scores_a, scores_b)]
+    choices = outcomes(scores_a, scores_b)
     return pairwise_agreement(choices, human, **kw)
 
 

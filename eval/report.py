@@ -168,7 +168,7 @@ def absolute_sides(recs: list[dict], variant: str, scale: Scale) -> tuple[list[s
 
 def absolute_choices(recs: list[dict], variant: str, scale: Scale) -> tuple[list, list[str], list]:
     _, sa, sb, human, cats = absolute_sides(recs, variant, scale)
-    return [M._outcome(a, b) for a, b in zip(sa, sb)], human, cats
+    return M.outcomes(sa, sb), human, cats
 
 
 def _pairwise_set(modes: dict, variants: list[str], scale: Scale, boot: dict, ties: dict | None = None) -> dict:
@@ -178,7 +178,7 @@ def _pairwise_set(modes: dict, variants: list[str], scale: Scale, boot: dict, ti
         out["absolute"] = {}
         for v in variants:
             ids, sa, sb, human, cats = absolute_sides(modes["absolute"], v, scale)
-            choices = [M._outcome(a, b) for a, b in zip(sa, sb)]
+            choices = M.outcomes(sa, sb)
             rep = M.pairwise_agreement(choices, human, **boot)
             rep["per_category"] = _pairwise_by_category(choices, human, cats, boot)
             if ties:

@@ -33,7 +33,7 @@ def _three_way(diffs, hum, m):
 @settings(max_examples=100, deadline=None)
 def test_margin_zero_is_todays_decisive_rule(ps):
     sa, sb, hum = [p[0] for p in ps], [p[1] for p in ps], [p[2] for p in ps]
-    assert M.margin_choices(M.score_diffs(sa, sb), 0.0) == [M._outcome(a, b) for a, b in zip(sa, sb)]
+    assert M.margin_choices(M.score_diffs(sa, sb), 0.0) == M.outcomes(sa, sb)
     rep = M.tie_margin_report([str(i) for i in range(len(ps))], sa, sb, hum, margin=0.0, fraction=0.3, n_boot=50)
     today = M.absolute_pairwise(sa, sb, hum, n_boot=50)
     assert rep["decisive"]["accuracy"] == today["accuracy"] and rep["n_calibration"] == 0
