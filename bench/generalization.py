@@ -51,8 +51,11 @@ def run_set(name: str, max_items: int | None) -> None:
     """Evaluate both judges on one set and keep its report, unless it is already kept."""
     kept = RESULTS / name
     if (kept / "metrics.json").is_file():
-        log.info("%s: kept already in %s", name, kept)
-        return
+        was = json.loads((kept / "cost.json").read_text()).get("default_judge", {}).get("adapter_sha256")
+        if was == shipped()["adapter_sha256"]:
+            log.info("%s: kept already in %s", name, kept)
+            return
+        log.info("%s: kept for another default-judge (%s): grading it again", name, was)
     ROOT.mkdir(parents=True, exist_ok=True)
     path = ROOT / f"{name}.yaml"
     path.write_text(yaml.safe_dump(set_config(name, max_items), sort_keys=False))
@@ -62,8 +65,17 @@ def run_set(name: str, max_items: int | None) -> None:
     for f in KEEP:
         shutil.copy2(ROOT / name / f, kept / f)
     c = json.loads(cost.read_text())
-    c.update(cpu=cpu(), date=now())
+    c.update(cpu=cpu(), date=now(), default_judge=shipped())
     (kept / "cost.json").write_text(json.dumps(c, indent=2))
+
+
+def shipped() -> dict:
+    """Which adapter `model: default-judge` was when a set was graded (a set kept for another is stale)."""
+    from judgeforge.models import SHIPPED_ADAPTER, shipped_adapter_sha
+
+    info = json.loads((SHIPPED_ADAPTER / "judgeforge.json").read_text())
+    return {"adapter_sha256": shipped_adapter_sha(), "shipped_from": info.get("shipped_from"),
+            "continued_from": info.get("continued_from")}
 
 
 def run(args) -> None:
@@ -112,10 +124,16 @@ def table(args) -> str:
         raise SystemExit(f"no set kept in {RESULTS} yet: run `python bench/generalization.py run` first")
     from judgeforge.eval.run import recompute
 
+    now_sha = shipped()["adapter_sha256"]
+    costs = {d.name: json.loads((d / "cost.json").read_text()) for d in kept}
+    stale = [n for n, c in costs.items() if c.get("default_judge", {}).get("adapter_sha256") != now_sha]
+    if stale and not args.allow_stale:
+        raise SystemExit(f"{stale} were graded with another default-judge than the shipped one: delete "
+                         f"their dirs in {RESULTS} and run them again (or pass --allow-stale)")
     report = merge(kept, ROOT / "merged")
     m = Metrics(recompute(report, plots=False))
     shutil.copy2(report / "report.md", RESULTS / "report.md")
-    text = "\n".join(table_lines(m, {d.name: json.loads((d / "cost.json").read_text()) for d in kept})) + "\n"
+    text = "\n".join(table_lines(m, costs)) + "\n"
     (RESULTS / "generalization.md").write_text(text)
     sys.stdout.write(text)
     return text
@@ -174,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="evaluate both judges on each set not kept yet, keeping each as it ends")
     r.add_argument("--sets", help="comma-separated set names (default: every set of the config, in order)")
     r.add_argument("--max-items", nargs="*", default=[], metavar="SET=N", help="a seeded subset size per set")
-    sub.add_parser("table", help="merge the kept sets into one report and write generalization.md")
+    t = sub.add_parser("table", help="merge the kept sets into one report and write generalization.md")
+    t.add_argument("--allow-stale", action="store_true", help="merge sets graded with an earlier default-judge")
     args = p.parse_args(argv)
     {"run": run, "table": table}[args.cmd](args)
     return 0

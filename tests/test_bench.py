@@ -203,7 +203,8 @@ def _one_set_report(d: Path, preds: list[dict], sets: list[dict]) -> None:
     (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in preds))
     (d / "config.yaml").write_text("out: x\n")
     (d / "report.md").write_text("# report\n")
-    (d / "cost.json").write_text(json.dumps({sets[0]["name"]: {"cpu_s": 120.0}, "cpu": "test CPU"}))
+    (d / "cost.json").write_text(json.dumps({sets[0]["name"]: {"cpu_s": 120.0}, "cpu": "test CPU",
+                                             "default_judge": {"adapter_sha256": "shipped"}}))
 
 
 def test_generalization_table_merges_one_set_runs_into_the_report_one_run_would_write(bench, monkeypatch, tmp_path):
@@ -216,6 +217,7 @@ def test_generalization_table_merges_one_set_runs_into_the_report_one_run_would_
     g = bench("generalization")
     monkeypatch.setattr(g, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(g, "ROOT", tmp_path / "runs")
+    monkeypatch.setattr(g, "shipped", lambda: {"adapter_sha256": "shipped"})
     sets = [{"name": n, "kind": "absolute", "role": r, "reference": "gpt-4", "n_items": 40, "n_available": 40,
              "source": "synthetic", "scale": [1, 5]} for n, r in (("heldout", "mimic"), ("vicuna", "forgetting"))]
     preds = {s["name"]: [r for judge, seed in (("base", 1), ("default-judge", 2))
@@ -223,7 +225,7 @@ def test_generalization_table_merges_one_set_runs_into_the_report_one_run_would_
              for s in sets}
     for s in sets:
         _one_set_report(tmp_path / "results" / s["name"], preds[s["name"]], [s])
-    text = g.table(None)
+    text = g.table(types.SimpleNamespace(allow_stale=False))
     whole = compute_metrics([r for p in preds.values() for r in p], sets=sets, judges=["base", "default-judge"],
                             baseline="base", n_values=[1], score_only=False, n_boot=200, level=0.95, seed=0)
     merged = json.loads((tmp_path / "runs" / "merged" / "metrics.json").read_text())
@@ -233,9 +235,14 @@ def test_generalization_table_merges_one_set_runs_into_the_report_one_run_would_
     d = whole["comparisons"]["default-judge"]["vicuna"]["n1"]
     assert {"heldout", "vicuna"} <= set(rows) and f"{d['diff']:.3f} [{d['lo']:.3f}, {d['hi']:.3f}]" in rows["vicuna"]
     assert "| 2.0 |" in rows["heldout"] and (tmp_path / "results" / "generalization.md").read_text() == text
+    monkeypatch.setattr(g, "shipped", lambda: {"adapter_sha256": "a later round"})
+    with pytest.raises(SystemExit, match=r"\['heldout', 'vicuna'\] were graded with another default-judge"):
+        g.main(["table"])
 
 
 def test_generalization_run_keeps_each_set_and_skips_the_kept(bench, monkeypatch, tmp_path):
+    import shutil
+
     g = bench("generalization")
     monkeypatch.setattr(g, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(g, "ROOT", tmp_path / "runs")
@@ -251,9 +258,14 @@ def test_generalization_run_keeps_each_set_and_skips_the_kept(bench, monkeypatch
         cost.write_text('{"%s": {"cpu_s": 6.0}}' % step)
 
     monkeypatch.setattr(g, "timed", fake_eval)
+    monkeypatch.setattr(g, "shipped", lambda: {"adapter_sha256": "r5"})
     g.main(["run", "--sets", "vicuna_bench,hhh_alignment", "--max-items", "vicuna_bench=160"])
     g.main(["run", "--sets", "vicuna_bench"])
     assert ran == [("vicuna_bench", [160], 2), ("hhh_alignment", [None], 2)]
+    monkeypatch.setattr(g, "shipped", lambda: {"adapter_sha256": "r6"})  # a new judge shipped: stale
+    shutil.rmtree(tmp_path / "runs" / "vicuna_bench")
+    g.main(["run", "--sets", "vicuna_bench"])
+    assert ran[-1][0] == "vicuna_bench" and "r6" in (tmp_path / "results" / "vicuna_bench" / "cost.json").read_text()
     assert (tmp_path / "results" / "hhh_alignment" / "predictions.jsonl").is_file()
     assert "CPU" in (tmp_path / "results" / "vicuna_bench" / "cost.json").read_text()
     with pytest.raises(SystemExit, match="no set 'nope'"):
