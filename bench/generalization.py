@@ -2,6 +2,7 @@
 configs/eval/generalization.yaml, one `judgeforge eval` run per set.
 
     python bench/generalization.py run --sets vicuna_bench,hhh_alignment --max-items vicuna_bench=160
+    python bench/generalization.py run --sets autoj --max-items autoj=500 --ray   # resumable mid-set
     python bench/generalization.py table     # merge the committed sets: report + table markdown
 
 The whole config is ~6,000 gradings per judge, hours on a CPU, so it is run a set at a time: each
@@ -47,7 +48,11 @@ def set_config(name: str, max_items: int | None) -> dict:
     return {**cfg, "sets": sets, "out": str(ROOT / name)}
 
 
-def run_set(name: str, max_items: int | None) -> None:
+RESUMABLE = ["runtime.kind=ray", "runtime.replicas=1"]
+"""`--ray`: one engine replica on Ray, whose journal lets a killed set regrade only what it lacks."""
+
+
+def run_set(name: str, max_items: int | None, extra: list[str] = ()) -> None:
     """Evaluate both judges on one set and keep its report, unless it is already kept."""
     kept = RESULTS / name
     if (kept / "metrics.json").is_file():
@@ -60,7 +65,7 @@ def run_set(name: str, max_items: int | None) -> None:
     path = ROOT / f"{name}.yaml"
     path.write_text(yaml.safe_dump(set_config(name, max_items), sort_keys=False))
     cost = ROOT / f"{name}.cost.json"
-    timed([*JF, "eval", "--config", str(path)], cost, name)
+    timed([*JF, "eval", "--config", str(path), *extra], cost, name)
     kept.mkdir(parents=True, exist_ok=True)
     for f in KEEP:
         shutil.copy2(ROOT / name / f, kept / f)
@@ -82,7 +87,7 @@ def run(args) -> None:
     sizes = dict(kv.split("=", 1) for kv in args.max_items)
     names = args.sets.split(",") if args.sets else [s["name"] for s in yaml.safe_load(CONFIG.read_text())["sets"]]
     for name in names:
-        run_set(name, int(sizes[name]) if name in sizes else None)
+        run_set(name, int(sizes[name]) if name in sizes else None, RESUMABLE if args.ray else [])
 
 
 def merge(kept: list[Path], out: Path) -> Path:
@@ -192,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="evaluate both judges on each set not kept yet, keeping each as it ends")
     r.add_argument("--sets", help="comma-separated set names (default: every set of the config, in order)")
     r.add_argument("--max-items", nargs="*", default=[], metavar="SET=N", help="a seeded subset size per set")
+    r.add_argument("--ray", action="store_true", help="grade on one Ray replica: a killed set resumes from "
+                   "its journal (the large Auto-J and PandaLM sets)")
     t = sub.add_parser("table", help="merge the kept sets into one report and write generalization.md")
     t.add_argument("--allow-stale", action="store_true", help="merge sets graded with an earlier default-judge")
     args = p.parse_args(argv)

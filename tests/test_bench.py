@@ -250,7 +250,7 @@ def test_generalization_run_keeps_each_set_and_skips_the_kept(bench, monkeypatch
 
     def fake_eval(cmd, cost, step):  # what `judgeforge eval` leaves in the config's out dir
         cfg = yaml.safe_load(Path(cmd[cmd.index("--config") + 1]).read_text())
-        ran.append((step, [s.get("max_items") for s in cfg["sets"]], len(cfg["judges"])))
+        ran.append((step, [s.get("max_items") for s in cfg["sets"]], len(cfg["judges"]), cmd[-1]))
         out = Path(cfg["out"])
         out.mkdir(parents=True)
         for f in g.KEEP:
@@ -261,7 +261,9 @@ def test_generalization_run_keeps_each_set_and_skips_the_kept(bench, monkeypatch
     monkeypatch.setattr(g, "shipped", lambda: {"adapter_sha256": "r5"})
     g.main(["run", "--sets", "vicuna_bench,hhh_alignment", "--max-items", "vicuna_bench=160"])
     g.main(["run", "--sets", "vicuna_bench"])
-    assert ran == [("vicuna_bench", [160], 2), ("hhh_alignment", [None], 2)]
+    g.main(["run", "--sets", "autoj", "--ray"])
+    assert [r[:3] for r in ran] == [("vicuna_bench", [160], 2), ("hhh_alignment", [None], 2), ("autoj", [None], 2)]
+    assert ran[-1][3] == "runtime.replicas=1" and ran[0][3].endswith("vicuna_bench.yaml")
     monkeypatch.setattr(g, "shipped", lambda: {"adapter_sha256": "r6"})  # a new judge shipped: stale
     shutil.rmtree(tmp_path / "runs" / "vicuna_bench")
     g.main(["run", "--sets", "vicuna_bench"])
