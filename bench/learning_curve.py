@@ -14,9 +14,10 @@ round is evaluated with `configs/eval/embedded-judge.yaml` and compared with
 the base (`judgeforge eval compare`: paired bootstrap intervals on the same items). Each step is
 a judgeforge subprocess; its CPU seconds (user + sys of it and its children) and wall time are
 recorded in the round's cost.json. A rerun resumes: finished steps are skipped, and a killed
-training continues from its last checkpoint (that attempt's CPU time is lost from the record,
-which cost.json then says). Everything lands in runs/curve/<arm>/; `table` and `plot` read its
-curve.json, or the committed bench/results/learning_curve/<arm>-curve.json where runs/ has none.
+training continues from its last checkpoint. A bench stopped with SIGTERM (or Ctrl-C) stops its
+step and still records that attempt's CPU time (cost.json counts the attempts); one killed with
+SIGKILL loses it. Everything lands in runs/curve/<arm>/; `table` and `plot` read its curve.json,
+or the committed bench/results/learning_curve/<arm>-curve.json where runs/ has none.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import json
 import logging
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -68,12 +70,23 @@ def timed(cmd: list[str], cost_file: Path, step: str) -> None:
     cost_file.write_text(json.dumps(cost, indent=2))  # a killed attempt still shows up as one
     before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
     log.info("%s: %s", step, " ".join(cmd))
-    rc = subprocess.run(cmd, cwd=REPO).returncode
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    entry["cpu_s"] += (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    entry["wall_s"] += time.time() - t0
-    entry["complete"] = rc == 0
-    cost_file.write_text(json.dumps(cost, indent=2))
+    proc = subprocess.Popen(cmd, cwd=REPO)
+    # A stopped bench stops its step too, and still records the CPU it spent: the child's time
+    # reaches RUSAGE_CHILDREN only once it is waited for.
+    previous = signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    rc = None
+    try:
+        rc = proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if proc.poll() is None:  # interrupted (Ctrl-C): stop the step before counting it
+            proc.terminate()
+            proc.wait()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        entry["cpu_s"] += (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        entry["wall_s"] += time.time() - t0
+        entry["complete"] = rc == 0
+        cost_file.write_text(json.dumps(cost, indent=2))
     if rc:
         raise SystemExit(f"{step} failed (exit {rc}): {' '.join(cmd)}")
 

@@ -272,3 +272,28 @@ def test_generalization_run_keeps_each_set_and_skips_the_kept(bench, monkeypatch
     assert "CPU" in (tmp_path / "results" / "vicuna_bench" / "cost.json").read_text()
     with pytest.raises(SystemExit, match="no set 'nope'"):
         g.main(["run", "--sets", "nope"])
+
+
+def test_timed_step_stopped_with_sigterm_stops_its_child_and_records_its_cpu(tmp_path):
+    """A bench stopped mid-step (SIGTERM) leaves no step running and keeps the attempt's CPU time."""
+    import json
+    import os
+    import signal
+    import time
+
+    cost, pid_file = tmp_path / "cost.json", tmp_path / "child.pid"
+    child = ("import os; open(%r, 'w').write(str(os.getpid()))\n"
+             "while True: sum(range(10000))" % str(pid_file))
+    bench_code = ("import sys; sys.path.insert(0, %r); import learning_curve as L; from pathlib import Path; "
+                  "L.timed([sys.executable, '-c', %r], Path(%r), 'step')" % (str(REPO / "bench"), child, str(cost)))
+    proc = subprocess.Popen([sys.executable, "-c", bench_code])
+    deadline = time.time() + 60
+    while not (pid_file.is_file() and pid_file.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # the child burns CPU
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) != 0
+    entry = json.loads(cost.read_text())["step"]
+    assert entry["attempts"] == 1 and entry["complete"] is False and entry["cpu_s"] > 0.3
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
