@@ -71,18 +71,25 @@ def spread(xs, fmt="{:.2f}") -> str:
     return f"{fmt.format(min(xs))}-{fmt.format(max(xs))}" if xs else "-"
 
 
-def descendants_cpu_s() -> float:
-    """CPU seconds (user+sys) of every live descendant process (vLLM's EngineCore and workers)."""
+def tree_cpu_s(pid: int | None = None, root: bool = False) -> dict[tuple[int, float], float]:
+    """Own CPU seconds (user+sys, reaped children apart) of every live process below `pid` (default:
+    this one), and of `pid` itself when `root`, keyed by (pid, start time) so a reused pid is new."""
     import psutil
 
-    total = 0.0
-    for p in psutil.Process().children(recursive=True):
+    top = psutil.Process(pid)
+    out = {}
+    for p in ([top] if root else []) + top.children(recursive=True):
         try:
             t = p.cpu_times()
-            total += t.user + t.system
+            out[(p.pid, p.create_time())] = t.user + t.system
         except psutil.Error:
             pass
-    return total
+    return out
+
+
+def descendants_cpu_s() -> float:
+    """CPU seconds (user+sys) of every live descendant process (vLLM's EngineCore and workers)."""
+    return sum(tree_cpu_s().values())
 
 
 def run_child(script: Path, args: list[str], env: dict, timeout: float, log: Path | None = None) -> dict:

@@ -12,7 +12,8 @@ build's fixed seeded shuffle, and round k `judgeforge train --continue`s round k
 next window of the build, as the adapter's judgeforge.json records it: train/rounds.py). Each
 round is evaluated with `configs/eval/embedded-judge.yaml` and compared with
 the base (`judgeforge eval compare`: paired bootstrap intervals on the same items). Each step is
-a judgeforge subprocess; its CPU seconds (user + sys of it and its children) and wall time are
+a judgeforge subprocess; its CPU seconds (user + sys of it and its children: the larger of what
+the reaped processes report and what polling the live process tree saw) and wall time are
 recorded in the round's cost.json. A rerun resumes: finished steps are skipped, and a killed
 training continues from its last checkpoint. A bench stopped with SIGTERM (or Ctrl-C) stops its
 step and still records that attempt's CPU time (cost.json counts the attempts); one killed with
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from _common import REPO
+from _common import REPO, tree_cpu_s
 from judgeforge.eval.metrics_file import EXPECTED, SCORE_ONLY, Metrics
 
 ROOT = REPO / "runs" / "curve"
@@ -47,6 +48,8 @@ JF = [sys.executable, "-m", "judgeforge.cli"]
 VARIANTS = ("n1", "n3", EXPECTED, SCORE_ONLY)
 BUILDS = {"runs/data/embedded-judge": "configs/data/embedded-judge.yaml"}
 """The data builds the rounds train on (out dir -> `judgeforge data build` config)."""
+POLL_S = 2.0
+"""How often `timed` reads the step's process tree's CPU time."""
 log = logging.getLogger("learning_curve")
 
 
@@ -74,16 +77,22 @@ def timed(cmd: list[str], cost_file: Path, step: str) -> None:
     # A stopped bench stops its step too, and still records the CPU it spent: the child's time
     # reaches RUSAGE_CHILDREN only once it is waited for.
     previous = signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
-    rc = None
+    rc, seen = None, {}
     try:
-        rc = proc.wait()
+        while rc is None:
+            try:
+                rc = proc.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                # vLLM's workers are not always reaped by the step, so RUSAGE_CHILDREN misses them
+                seen.update(tree_cpu_s(proc.pid, root=True))
     finally:
         signal.signal(signal.SIGTERM, previous)
         if proc.poll() is None:  # interrupted (Ctrl-C): stop the step before counting it
             proc.terminate()
             proc.wait()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        entry["cpu_s"] += (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        reaped = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        entry["cpu_s"] += max(reaped, sum(seen.values()))  # two lower bounds: the closer one
         entry["wall_s"] += time.time() - t0
         entry["complete"] = rc == 0
         cost_file.write_text(json.dumps(cost, indent=2))

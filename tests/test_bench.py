@@ -297,3 +297,16 @@ def test_timed_step_stopped_with_sigterm_stops_its_child_and_records_its_cpu(tmp
     assert entry["attempts"] == 1 and entry["complete"] is False and entry["cpu_s"] > 0.3
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid_file.read_text()), 0)
+
+
+def test_timed_counts_the_cpu_of_processes_the_step_never_reaps(bench, monkeypatch, tmp_path):
+    """vLLM's workers can outlive their parent: their CPU time never reaches RUSAGE_CHILDREN."""
+    import json
+
+    lc = bench("learning_curve")
+    monkeypatch.setattr(lc, "POLL_S", 0.1)
+    orphan = "import time; t = time.time()\nwhile time.time() - t < 1.5: pass"
+    child = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {orphan!r}]); time.sleep(1.2)"
+    lc.timed([sys.executable, "-c", child], tmp_path / "cost.json", "step")
+    entry = json.loads((tmp_path / "cost.json").read_text())["step"]
+    assert entry["complete"] and entry["cpu_s"] > 0.8  # the orphan's busy loop, seen while it ran
