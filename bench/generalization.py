@@ -168,25 +168,28 @@ def table_lines(m: Metrics, costs: dict[str, dict]) -> list[str]:
     base = m.meta["baseline"]
     judges = [j for j in m.judges if j != base]
     v = "score_only" if "score_only" in m.variants else m.primary_variant
-    head = ["set", "role", "metric", "n", base] + judges + [f"Δ {j} − {base} [paired 95% CI]" for j in judges] + [
-        "worse than base?", "CPU-min (both judges)"]
+    head = ["set", "role", "reference", "metric", "n", base] + judges + [
+        f"Δ {j} − {base} [paired 95% CI]" for j in judges] + ["worse than base?", "CPU-min", "wall-min"]
     rows = []
     for s in m.sets():
         name = s["name"]
         metric = "Pearson" if s["kind"] == "absolute" else "accuracy, decisive pairs"
         deltas = [m.data["comparisons"].get(j, {}).get(name, {}).get(v) or {} for j in judges]
         worse = ["yes" if d.get("hi") is not None and d["hi"] < 0 else "no" for d in deltas]
-        cost = costs.get(name, {}).get(name, {})
-        rows.append([name, s.get("role") or "-", metric, str(s.get("n_items", "-")),
+        kept = costs.get(name, {})
+        cost = kept.get(name, {})
+        rows.append([name, s.get("role") or "-", s.get("reference") or "-", metric, str(s.get("n_items", "-")),
                      *[_figure(m, j, s, v) for j in [base, *judges]],
                      *[_ci(d.get("diff"), d.get("lo"), d.get("hi")) for d in deltas], "/".join(worse),
-                     f"{cost.get('cpu_s', 0) / 60:.1f}"])
+                     ("≥ " if kept.get("cpu_lower_bound") else "") + f"{cost.get('cpu_s', 0) / 60:.1f}",
+                     f"{cost.get('wall_s', 0) / 60:.1f}"])
     cpus = sorted({c.get("cpu", "?") for c in costs.values()})
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
     pub = m.data.get("published") or {}
     return lines + [""] + ([f"Published (their judges, ties included, not rerun): " + "; ".join(
         f"{n}: " + ", ".join(f"{j} {x}" for j, x in f.items()) for n, f in pub.items()), ""] if pub else []) + [
-        f"Variant `{v}`; worse = the paired interval is below 0. CPU: {'; '.join(cpus)}. "
+        f"Variant `{v}`; worse = the paired interval is below 0. Cost: both judges, engine starts included "
+        f"(≥: vLLM's workers not counted). CPU: {'; '.join(cpus)}. "
         "`python bench/generalization.py run --sets ...` then `python bench/generalization.py table`."]
 
 
