@@ -124,7 +124,9 @@ def _timing(per_set: list[dict]) -> dict:
 
 
 def table(args) -> str:
-    kept = [d for d in sorted(RESULTS.iterdir()) if (d / "metrics.json").is_file()] if RESULTS.is_dir() else []
+    order = [s["name"] for s in yaml.safe_load(CONFIG.read_text())["sets"]]
+    kept = sorted((d for d in RESULTS.iterdir() if (d / "metrics.json").is_file()) if RESULTS.is_dir() else [],
+                  key=lambda d: (order.index(d.name) if d.name in order else len(order), d.name))  # config order
     if not kept:
         raise SystemExit(f"no set kept in {RESULTS} yet: run `python bench/generalization.py run` first")
     from judgeforge.eval.run import recompute
