@@ -16,12 +16,13 @@ the watchdog is re-parented (the fallback when a forked child inherited that pip
 SIGTERMs what it recorded (plus whatever those spawned since), SIGKILLs what is left after GRACE_S,
 and exits. It signals only processes it recorded as the parent's descendants; psutil matches pid and
 start time, so a reused pid is never hit. A process started less than POLL_S before the parent died
-can be missed.
+can be missed (its children are not: they are found below the recorded ones).
 
 It also records the `/dev/shm` segments (vLLM's `psm_*`, multiprocessing's `sem.mp-*`) that the
-parent and its descendants hold, and once it has ended them, removes those no live process holds
-(judge/engines/shm.py): the SIGKILL that ends what ignores SIGTERM also ends the resource tracker that
-would have unlinked them.
+parent and its descendants hold (once more, mappings included, when the parent is found dead, so a
+segment opened since the last poll is not missed), and once it has ended them, removes those no live
+process holds (judge/engines/shm.py): the SIGKILL that ends what ignores SIGTERM also ends the
+resource tracker that would have unlinked them.
 
 Why not prctl(PR_SET_PDEATHSIG): vLLM starts these processes itself (multiprocessing spawn), so
 the call would have to be patched into vLLM's child entry points; it covers one generation only
@@ -182,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     recorded = watch(parent)
     if recorded is not None:
         procs, segments = recorded
+        # The engine's processes outlive their parent until ended: record once more, mappings too, what
+        # they opened since the last poll (a segment created then leaked on kill -9: issue 18's test).
+        procs = alive_with_children(procs)
+        segments |= record_segments(parent, procs, set(), True)
         end(procs)
         remove_segments(segments)
     return 0

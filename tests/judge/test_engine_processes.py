@@ -356,3 +356,19 @@ def test_killed_eval_leaves_no_engine_processes(sig, tmp_path, repo, vendor, def
         kill_all(tree)  # a failing test must not leave 8 GB of engine running
         proc.kill()
         proc.wait()
+
+
+def test_watchdog_records_segments_once_more_when_the_parent_is_gone(monkeypatch):
+    """A segment an engine process opened after the last poll is recorded before the process is ended
+    (kill -9 of the eval once leaked a 240 MiB psm_ segment created just before the kill)."""
+    from judgeforge.judge.engines import watchdog as W
+
+    calls = []
+    monkeypatch.setattr(W, "watch", lambda parent: ({"engine"}, {1}))
+    monkeypatch.setattr(W, "alive_with_children", lambda procs: procs | {"worker"})
+    monkeypatch.setattr(W, "record_segments",
+                        lambda parent, procs, known, maps: calls.append(("record", procs, maps)) or {2})
+    monkeypatch.setattr(W, "end", lambda procs: calls.append(("end", procs)))
+    monkeypatch.setattr(W, "remove_segments", lambda inodes: calls.append(("remove", inodes)))
+    assert W.main(["123"]) == 0
+    assert calls == [("record", {"engine", "worker"}, True), ("end", {"engine", "worker"}), ("remove", {1, 2})]
