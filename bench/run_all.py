@@ -4,8 +4,8 @@
     python bench/run_all.py [--only serve,data_build] [--skip learning_curve] [--write-results]
 
 On 2 CPU cores the whole set takes many hours (the learning curve and the distillation comparison
-retrain the embedded judge, and the generalization table grades ~12,000 prompts: hours each); `--only` picks some. Each benchmark runs as its own
-process from the checkout's root; one that fails does not stop the rest, and the exit status says
+retrain the embedded judge, and the generalization table grades ~12,000 prompts: hours each);
+`--only` picks some. Each benchmark runs as its own process from the checkout's root; one that fails does not stop the rest, and the exit status says
 whether any failed. A benchmark whose requirement is missing (a GPU, the `peer` extra, the earlier
 commit it compares with) is skipped with the reason. `--write-results` passes each benchmark its
 own flag for writing its section of bench/RESULTS.md (those that have one).

@@ -237,15 +237,10 @@ def paired_difference(pred_a: Sequence[float | None], pred_b: Sequence[float | N
     return out
 
 
-def _outcome(sa: float | None, sb: float | None) -> str | None:
-    if sa is None or sb is None:
-        return None
-    return "a" if sa > sb else "b" if sb > sa else "tie"
-
-
 def outcomes(scores_a: Sequence[float | None], scores_b: Sequence[float | None]) -> list[str | None]:
     """Each pair's choice from its two absolute scores: the higher side, 'tie' when equal, None without both."""
-    return [_outcome(a, b) for a, b in zip(scores_a, scores_b)]
+    return [None if a is None or b is None else "a" if a > b else "b" if b > a else "tie"
+            for a, b in zip(scores_a, scores_b)]
 
 
 def _accuracy_ci(correct: np.ndarray, n_boot: int, seed: int, level: float) -> tuple:
@@ -301,7 +296,7 @@ def absolute_pairwise(scores_a: Sequence[float | None], scores_b: Sequence[float
 
 
 # ---------------------------------------------------------------- ties for absolute-graded pairs
-# Two expected scores are never exactly equal, so `_outcome` never says 'tie' and every human tie of a
+# Two expected scores are never exactly equal, so `outcomes` never says 'tie' and every human tie of a
 # 3-way protocol (about a quarter of Auto-J's and PandaLM's pairs) is lost. A margin on |E[A] - E[B]|,
 # fitted on a calibration share of the pairs and scored on the rest, gives the judge ties honestly.
 
@@ -311,7 +306,7 @@ def score_diffs(scores_a: Sequence[float | None], scores_b: Sequence[float | Non
 
 
 def margin_choices(diffs: Sequence[float | None], margin: float) -> list[str | None]:
-    """'tie' when |diff| < margin or the scores are equal (so margin 0 is `_outcome`), else the higher side."""
+    """'tie' when |diff| < margin or the scores are equal (so margin 0 is `outcomes`), else the higher side."""
     return [None if d is None else "tie" if d == 0 or abs(d) < margin else "a" if d > 0 else "b"
             for d in diffs]
 

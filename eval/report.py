@@ -570,7 +570,6 @@ def _length_table(m: dict) -> list[str]:
         ["set", "scores of", "r", "R²", "p", "n", "Δ Pearson vs length alone [paired 95% CI]"], rows)
 
 
-
 def _probe_rows(m: dict, probe: str, cells) -> list[list[str]]:
     return [[judge, set_name, _label(v)] + cells(r) for judge, by_set in (m.get("probes") or {}).items()
             for set_name, res in by_set.items() for v, r in res.get(probe, {}).items()]
