@@ -34,6 +34,8 @@ import logging
 import math
 import os
 import pickle
+import signal
+import threading
 import time
 import warnings
 from contextlib import contextmanager
@@ -201,13 +203,13 @@ def ray_session(runtime: RuntimeConfig) -> Iterator[int]:
     address = runtime.cluster_address()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            need = runtime.replicas * runtime.cpus_per_replica(machine_cpus)
-            # "local": a new Ray, even where an earlier `ray start` left its address behind.
-            ray.init(address="local", num_cpus=max(machine_cpus, math.ceil(need)), include_dashboard=False,
-                     object_store_memory=runtime.object_store_mb * 2**20, log_to_driver=False)
+        with _program_keeps_sigterm():
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                need = runtime.replicas * runtime.cpus_per_replica(machine_cpus)
+                _start_local(ray, num_cpus=max(machine_cpus, math.ceil(need)),
+                             object_store_memory=runtime.object_store_mb * 2**20)
     except (ConnectionError, ValueError, RuntimeError) as e:
         if not address:
             raise ConfigError(f"cannot start a local Ray ({type(e).__name__}: {e})") from None
@@ -222,6 +224,44 @@ def ray_session(runtime: RuntimeConfig) -> Iterator[int]:
         yield machine_cpus
     finally:
         ray.shutdown()
+
+
+@contextmanager
+def _program_keeps_sigterm() -> Iterator[None]:
+    """ray.init installs its own SIGTERM handler (`sys.exit(15)`) for the rest of the process, which
+    would bypass the program's (the CLI's `Terminated`: its exit status, its log line). The program's
+    handler is put back once init returns, and a SIGTERM that Ray's took during init is handed to it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # Ray sets no handler off the main thread either
+        return
+    ours = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    except SystemExit as e:
+        signal.signal(signal.SIGTERM, ours)
+        if e.code == signal.SIGTERM and callable(ours):
+            ours(signal.SIGTERM, None)
+        raise
+    signal.signal(signal.SIGTERM, ours)
+
+
+def _start_local(ray, **kwargs) -> None:
+    """A new local Ray (`address="local"`, even where an earlier `ray start` left its address behind).
+    ray.init spawns the GCS, the raylet and its agents before it returns: a stop that lands in between
+    leaves a node ray.shutdown() may not know, whose agents outlive the raylet re-parented and ignoring
+    SIGTERM. So whatever the start spawned is ended here when init does not return."""
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    try:
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, **kwargs)
+    except BaseException:
+        from judgeforge.judge.engines.watchdog import end
+
+        ray.shutdown()
+        end([p for p in psutil.Process().children(recursive=True) if p.pid not in before],
+            why="Ray's start was stopped")
+        raise
 
 
 def _configure_data() -> None:

@@ -161,7 +161,7 @@ def describe(p) -> str:
         return str(p.pid)
 
 
-def end(procs, grace: float = GRACE_S) -> None:
+def end(procs, grace: float = GRACE_S, why: str = "the engine's parent is gone") -> None:
     """SIGTERM the processes (and their descendants), then SIGKILL what is left after `grace`."""
     import psutil
 
@@ -169,7 +169,7 @@ def end(procs, grace: float = GRACE_S) -> None:
         procs = alive_with_children(procs)
         if not procs:
             return
-        log.warning("the engine's parent is gone: %s to %s", sig.name,
+        log.warning("%s: %s to %s", why, sig.name,
                     ", ".join(describe(p) for p in sorted(procs, key=lambda p: p.pid)))
         for p in procs:
             with contextlib.suppress(psutil.Error):

@@ -1,0 +1,95 @@
+"""A run stopped with SIGTERM while it starts a local Ray leaves no Ray process behind.
+
+A `runtime: ray` eval stopped just as it started Ray for its second judge left `ray::DashboardAgent` and
+`ray::RuntimeEnvAgent` re-parented to PID 1, ignoring SIGTERM: the signal landed inside `ray.init`,
+before the `try` whose `finally` shuts Ray down. Its own module: the diff of Ray processes before and
+after must not see another module's local Ray start or stop.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CHILD = textwrap.dedent("""
+    import os, signal, sys, time
+    import ray._private.services as services
+    from judgeforge.cli import _terminate
+    from judgeforge.scale.config import RuntimeConfig
+    from judgeforge.scale.ray_runner import ray_session
+
+    signal.signal(signal.SIGTERM, _terminate)  # as `judgeforge eval` runs
+    if sys.argv[1] == "mid-start":  # the stop lands inside ray.init, right after the raylet is spawned
+        start_raylet = services.start_raylet
+
+        def start_raylet_then_stop(*args, **kwargs):
+            info = start_raylet(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return info
+
+        services.start_raylet = start_raylet_then_stop
+    with ray_session(RuntimeConfig(kind="ray", replicas=1, num_cpus=1)):
+        print("up", flush=True)
+        time.sleep(120)
+""")
+
+RAY_NAMES = ("gcs_server", "raylet", "ray::", "dashboard", "runtime_env", "log_monitor", "monitor.py",
+             "default_worker")
+
+
+def ray_processes() -> dict[tuple[int, float], str]:
+    """Every Ray process on the machine, keyed by (pid, start time) so a reused pid is another one."""
+    out = {}
+    for p in psutil.process_iter(["pid", "create_time", "cmdline", "name"]):
+        cmd = " ".join(p.info["cmdline"] or []) or (p.info["name"] or "")
+        if any(n in cmd for n in RAY_NAMES) and p.info["pid"] != os.getpid():
+            out[(p.info["pid"], p.info["create_time"])] = cmd[:120]
+    return out
+
+
+def kill_all(keys) -> None:
+    for pid, _ in keys:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def stop_and_collect_leftovers(child: subprocess.Popen, before: dict) -> dict:
+    try:
+        child.wait(timeout=120)
+    finally:
+        child.kill()
+    deadline, left = time.monotonic() + 30, {}
+    while time.monotonic() < deadline:
+        left = {k: v for k, v in ray_processes().items() if k not in before}
+        if not left:
+            break
+        time.sleep(0.5)
+    kill_all(left)  # so a failure here does not leak them into the rest of the suite
+    return left
+
+
+@pytest.mark.parametrize("when", ["mid-start", "up"])
+def test_sigterm_while_or_after_ray_starts_leaves_no_ray_process(monkeypatch, when):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    before = ray_processes()
+    child = subprocess.Popen([sys.executable, "-c", CHILD, when], stdout=subprocess.PIPE, text=True)
+    if when == "up":
+        assert child.stdout.readline().strip() == "up"
+        child.send_signal(signal.SIGTERM)
+    left = stop_and_collect_leftovers(child, before)
+    out = child.stdout.read()
+    assert child.returncode == 128 + signal.SIGTERM  # Terminated's code, after the clean-up
+    if when == "mid-start":
+        assert "up" not in out  # the stop was not held past the start: the run never began
+    assert not left, f"Ray processes left after SIGTERM ({when}): {sorted(left.values())}"
