@@ -171,7 +171,10 @@ def table_lines(m: Metrics, costs: dict[str, dict]) -> list[str]:
     judges = [j for j in m.judges if j != base]
     v = "score_only" if "score_only" in m.variants else m.primary_variant
     head = ["set", "role", "reference", "metric", "n", base] + judges + [
-        f"Δ {j} − {base} [paired 95% CI]" for j in judges] + ["worse than base?", "CPU-min", "wall-min"]
+        f"Δ {j} − {base} [paired 95% CI]" for j in judges] + ["worse than base?", "CPU-min", "wall-min", "CPU"]
+    # Sets are graded in different sessions, on whatever CPU each got: its minutes are that CPU's.
+    cpus = sorted({c.get("cpu", "?") for c in costs.values()})
+    label = {c: chr(ord("A") + i) for i, c in enumerate(cpus)}
     rows = []
     for s in m.sets():
         name = s["name"]
@@ -184,14 +187,13 @@ def table_lines(m: Metrics, costs: dict[str, dict]) -> list[str]:
                      *[_figure(m, j, s, v) for j in [base, *judges]],
                      *[_ci(d.get("diff"), d.get("lo"), d.get("hi")) for d in deltas], "/".join(worse),
                      ("≥ " if kept.get("cpu_lower_bound") else "") + f"{cost.get('cpu_s', 0) / 60:.1f}",
-                     f"{cost.get('wall_s', 0) / 60:.1f}"])
-    cpus = sorted({c.get("cpu", "?") for c in costs.values()})
+                     f"{cost.get('wall_s', 0) / 60:.1f}", label[kept.get("cpu", "?")]])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
     pub = m.data.get("published") or {}
     return lines + [""] + ([f"Published (their judges, ties included, not rerun): " + "; ".join(
         f"{n}: " + ", ".join(f"{j} {x}" for j, x in f.items()) for n, f in pub.items()), ""] if pub else []) + [
         f"Variant `{v}`; worse = the paired interval is below 0. Cost: both judges, engine starts included "
-        f"(≥: vLLM's workers not counted). CPU: {'; '.join(cpus)}. "
+        f"(≥: vLLM's workers not counted). CPU {'; '.join(f'{label[c]}: {c}' for c in cpus)}. "
         "`python bench/generalization.py run --sets ...` then `python bench/generalization.py table`."]
 
 

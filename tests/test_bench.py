@@ -234,7 +234,8 @@ def test_generalization_table_merges_one_set_runs_into_the_report_one_run_would_
     rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
     d = whole["comparisons"]["default-judge"]["vicuna"]["n1"]
     assert {"heldout", "vicuna"} <= set(rows) and f"{d['diff']:.3f} [{d['lo']:.3f}, {d['hi']:.3f}]" in rows["vicuna"]
-    assert "| 2.0 |" in rows["heldout"] and (tmp_path / "results" / "generalization.md").read_text() == text
+    assert "| 2.0 |" in rows["heldout"] and rows["heldout"].endswith("| A |") and "CPU A: test CPU" in text
+    assert (tmp_path / "results" / "generalization.md").read_text() == text
     monkeypatch.setattr(g, "shipped", lambda: {"adapter_sha256": "a later round"})
     with pytest.raises(SystemExit, match=r"\['heldout', 'vicuna'\] were graded with another default-judge"):
         g.main(["table"])
