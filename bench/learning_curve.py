@@ -240,6 +240,7 @@ def next_round(args) -> None:
     rdir, keep, prev = ROOT / "continued" / f"r{k}", RESULTS / f"r{k}", RESULTS / f"r{k - 1}"
     if not (prev / "predictions.jsonl").is_file():
         raise SystemExit(f"round {k - 1}'s predictions are not in {prev}: the paired comparison needs them")
+    ensure_builds(BUILDS, rdir / "cost.json")  # runs/ does not always survive a session
     cfg = yaml.safe_load(TRAIN_CFG.read_text())
     for item in args.set:
         key, value = item.split("=", 1)
