@@ -5,6 +5,8 @@
     python bench/learning_curve.py table --arms score,feedback       # markdown, from curve.json files
     python bench/learning_curve.py plot --arms score --out docs/img/learning_curve.png
     python bench/learning_curve.py next --round 6 --continue runs/curve/continued/r5/train   # one more round
+    python bench/learning_curve.py choice --name lr1e-3 --vs-round 6 --continue judgeforge/default_judge \
+        --set optim.lr=1e-3                                           # a recipe choice on round 6's window
 
 `run`: round 0 is the base judge (shared by every arm); round 1 trains
 `configs/train/embedded-judge.yaml` (plus the arm's `--set` overrides) on the first window of the
@@ -237,17 +239,47 @@ def next_round(args) -> None:
     import shutil
 
     k = args.round
-    rdir, keep, prev = ROOT / "continued" / f"r{k}", RESULTS / f"r{k}", RESULTS / f"r{k - 1}"
+    rdir, keep = ROOT / "continued" / f"r{k}", RESULTS / f"r{k}"
+    vs = _measured_round(rdir, keep, RESULTS / f"r{k - 1}", args.continue_from, args.set, f"continued-r{k}",
+                         RESULTS / f"score-r{k}-vs-r{k - 1}.md")
+    shutil.copy(rdir / "eval" / "report.md", RESULTS / f"score-r{k}-report.md")
+    cost = json.loads((rdir / "cost.json").read_text())
+    append(argparse.Namespace(arm="score", round=k, train_dir=str(rdir / "train"), records=None, eval_dir=str(keep),
+                              cpu_min=round(cost["train"]["cpu_s"] / 60, 1), vs=str(vs),
+                              note=f"bench/learning_curve.py next --round {k} --continue {args.continue_from}"))
+
+
+def choice(args) -> None:
+    """A choice of recipe against round k of the curve, on the same records and items: `train --continue`
+    the adapter round k continued from, with the choice's `--set` overrides (so the same window), evaluate
+    it as the rounds are, compare it paired with round k's committed predictions, and keep it in
+    bench/results/learning_curve/choices/<name>/ (its cost.json beside it)."""
+    import shutil
+
+    rdir, keep = ROOT / "choices" / args.name, RESULTS / "choices" / args.name
+    _measured_round(rdir, keep, RESULTS / f"r{args.vs_round}", args.continue_from, args.set,
+                    f"choice-{args.name}", keep / f"vs-r{args.vs_round}.md")
+    shutil.copy(rdir / "cost.json", keep / "cost.json")
+    (keep / "choice.json").write_text(json.dumps({"name": args.name, "set": args.set, "vs_round": args.vs_round,
+                                                  "continue": args.continue_from}, indent=1))
+
+
+def _measured_round(rdir: Path, keep: Path, prev: Path, continue_from: str, sets: list[str], run_name: str,
+                    compare_md: Path) -> Path:
+    """Train (resumable), evaluate and compare paired with `prev`'s committed predictions; keep the
+    predictions, metrics, adapter metadata and loss curve in `keep`. Returns the comparison's json."""
+    import shutil
+
     if not (prev / "predictions.jsonl").is_file():
-        raise SystemExit(f"round {k - 1}'s predictions are not in {prev}: the paired comparison needs them")
+        raise SystemExit(f"{prev.name}'s predictions are not in {prev}: the paired comparison needs them")
     ensure_builds(BUILDS, rdir / "cost.json")  # runs/ does not always survive a session
     cfg = yaml.safe_load(TRAIN_CFG.read_text())
-    for item in args.set:
+    for item in sets:
         key, value = item.split("=", 1)
         set_dotted(cfg, key, yaml.safe_load(value))
     cfg["out"] = str(rdir / "train")
-    cfg["tracking"]["run_name"] = f"continued-r{k}-train"
-    train_once(rdir, cfg, continue_from=args.continue_from)
+    cfg["tracking"]["run_name"] = f"{run_name}-train"
+    train_once(rdir, cfg, continue_from=continue_from)
     ev = yaml.safe_load(ROUNDS_CFG.read_text())
     ev["judges"] = [{**ev["judges"][-1], "name": "current", "adapter": str(rdir / "train")}]
     ev["out"] = str(rdir / "eval")
@@ -255,19 +287,15 @@ def next_round(args) -> None:
     if not (rdir / "eval" / "metrics.json").is_file():
         timed([*JF, "eval", "--config", str(rdir / "eval.yaml")], rdir / "cost.json", "eval")
     keep.mkdir(parents=True, exist_ok=True)
-    vs = keep / f"vs-r{k - 1}.json"
-    timed([*JF, "eval", "compare", str(prev), str(rdir / "eval"), "--out", str(RESULTS / f"score-r{k}-vs-r{k - 1}.md"),
-           "--json", str(vs)], rdir / "cost.json", "compare")
+    vs = keep / f"vs-{prev.name}.json"
+    timed([*JF, "eval", "compare", str(prev), str(rdir / "eval"), "--out", str(compare_md), "--json", str(vs)],
+          rdir / "cost.json", "compare")
     for src, name in ((rdir / "eval" / "predictions.jsonl", "predictions.jsonl"),
                       (rdir / "eval" / "metrics.json", "metrics.json"),
                       (rdir / "train" / "adapter" / "judgeforge.json", "judgeforge.json"),
                       (rdir / "train" / "loss.json", "train-loss.json")):
         shutil.copy(src, keep / name)
-    shutil.copy(rdir / "eval" / "report.md", RESULTS / f"score-r{k}-report.md")
-    cost = json.loads((rdir / "cost.json").read_text())
-    append(argparse.Namespace(arm="score", round=k, train_dir=str(rdir / "train"), records=None, eval_dir=str(keep),
-                              cpu_min=round(cost["train"]["cpu_s"] / 60, 1), vs=str(vs),
-                              note=f"bench/learning_curve.py next --round {k} --continue {args.continue_from}"))
+    return vs
 
 
 def _train_config(rdir: Path) -> dict:
@@ -370,6 +398,12 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--continue", dest="continue_from", required=True,
                    help="round k-1's adapter (a train run dir, its adapter/, or judgeforge/default_judge)")
     n.add_argument("--set", action="append", default=[], help="train config override key=value")
+    c = sub.add_parser("choice", help="a recipe choice against round k on the same window and items")
+    c.add_argument("--name", required=True, help="e.g. lr1e-3: runs/curve/choices/<name>, kept beside the curve")
+    c.add_argument("--vs-round", type=int, required=True, help="the round it is compared with, paired")
+    c.add_argument("--continue", dest="continue_from", required=True,
+                   help="the adapter that round continued from (so the choice trains on the same window)")
+    c.add_argument("--set", action="append", default=[], help="train config override key=value")
     a = sub.add_parser("append", help="add a round trained and evaluated by hand to the committed curve")
     a.add_argument("--arm", default="score")
     a.add_argument("--round", type=int, required=True)
@@ -397,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         append(args)
     elif args.cmd == "next":
         next_round(args)
+    elif args.cmd == "choice":
+        choice(args)
     elif args.cmd == "table":
         print(table(args), end="")
     else:

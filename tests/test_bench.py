@@ -123,6 +123,7 @@ def test_learning_curve_next_round_trains_evaluates_compares_keeps_and_appends(b
     shutil.copytree(committed / "r5", results / "r5")
     monkeypatch.setattr(lc, "RESULTS", results)
     monkeypatch.setattr(lc, "ROOT", tmp_path / "runs")
+    monkeypatch.setattr(lc, "BUILDS", {})
     cmds = []
 
     def fake(cmd, cost, step):
@@ -154,8 +155,18 @@ def test_learning_curve_next_round_trains_evaluates_compares_keeps_and_appends(b
                                                              "train-loss.json", "vs-r5.json"}
     last = json.loads((results / "score-curve.json").read_text())["rounds"][-1]
     assert last["round"] == 6 and last["train_cpu_min"] == 10.0 and last["records"] == 732 + 150 and "vs_r5" in last
-    with pytest.raises(SystemExit, match="round 7's predictions"):
+    with pytest.raises(SystemExit, match="r7's predictions"):
         lc.next_round(types.SimpleNamespace(round=8, continue_from="x", set=[]))
+
+    cmds.clear()  # a choice: the adapter round 6 continued from, other overrides, compared with round 6
+    lc.choice(types.SimpleNamespace(name="lr1e-3", vs_round=6, continue_from="runs/train/r5", set=["optim.lr=0.001"]))
+    train, ev, compare = cmds
+    cdir, kept = tmp_path / "runs/choices/lr1e-3", results / "choices/lr1e-3"
+    assert train[-2:] == ["--continue", "runs/train/r5"] and compare[-6:-4] == [str(results / "r6"), str(cdir / "eval")]
+    assert yaml.safe_load((cdir / "train.yaml").read_text())["optim"]["lr"] == 0.001
+    assert {p.name for p in kept.iterdir()} == {"predictions.jsonl", "metrics.json", "judgeforge.json", "train-loss.json",
+                                                "vs-r6.json", "cost.json", "choice.json"}
+    assert json.loads((results / "score-curve.json").read_text())["rounds"][-1]["round"] == 6  # not on the curve
 
 
 def test_learning_curve_rounds_continue_the_previous_adapter(bench, monkeypatch, tmp_path):
