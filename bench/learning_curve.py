@@ -5,8 +5,9 @@
     python bench/learning_curve.py table --arms score,feedback       # markdown, from curve.json files
     python bench/learning_curve.py plot --arms score --out docs/img/learning_curve.png
     python bench/learning_curve.py next --round 6 --continue runs/curve/continued/r5/train   # one more round
-    python bench/learning_curve.py choice --name lr1e-3 --vs-round 6 --continue judgeforge/default_judge \
+    python bench/learning_curve.py choice --name lr1e-3 --vs r6 --continue judgeforge/default_judge \
         --set optim.lr=1e-3                                           # a recipe choice on round 6's window
+    python bench/learning_curve.py choice --name gemma-r1 --vs smollm2-r1 --set model.name=gemma3-270m
 
 `run`: round 0 is the base judge (shared by every arm); round 1 trains
 `configs/train/embedded-judge.yaml` (plus the arm's `--set` overrides) on the first window of the
@@ -250,27 +251,32 @@ def next_round(args) -> None:
 
 
 def choice(args) -> None:
-    """A choice of recipe against round k of the curve, on the same records and items: `train --continue`
-    the adapter round k continued from, with the choice's `--set` overrides (so the same window), evaluate
-    it as the rounds are, compare it paired with round k's committed predictions, and keep it in
-    bench/results/learning_curve/choices/<name>/ (its cost.json beside it)."""
+    """A choice of recipe measured as the rounds are, on the same records and items, kept in
+    bench/results/learning_curve/choices/<name>/ (its cost.json beside it). With `--continue`, it trains
+    from the adapter a round continued from, so on that round's window; without, from the base on the
+    recipe's first window (round 1's). `--vs` (a round, `r6`, or a kept choice's name) compares it paired
+    with that one's committed predictions."""
     import shutil
 
     rdir, keep = ROOT / "choices" / args.name, RESULTS / "choices" / args.name
-    _measured_round(rdir, keep, RESULTS / f"r{args.vs_round}", args.continue_from, args.set,
-                    f"choice-{args.name}", keep / f"vs-r{args.vs_round}.md")
+    vs = None
+    if args.vs:
+        vs = RESULTS / args.vs if (RESULTS / args.vs).is_dir() else RESULTS / "choices" / args.vs
+    _measured_round(rdir, keep, vs, args.continue_from, args.set, f"choice-{args.name}",
+                    keep / f"vs-{args.vs}.md" if vs else None)
     shutil.copy(rdir / "cost.json", keep / "cost.json")
-    (keep / "choice.json").write_text(json.dumps({"name": args.name, "set": args.set, "vs_round": args.vs_round,
+    (keep / "choice.json").write_text(json.dumps({"name": args.name, "set": args.set, "vs": args.vs,
                                                   "continue": args.continue_from}, indent=1))
 
 
-def _measured_round(rdir: Path, keep: Path, prev: Path, continue_from: str, sets: list[str], run_name: str,
-                    compare_md: Path) -> Path:
-    """Train (resumable), evaluate and compare paired with `prev`'s committed predictions; keep the
-    predictions, metrics, adapter metadata and loss curve in `keep`. Returns the comparison's json."""
+def _measured_round(rdir: Path, keep: Path, prev: Path | None, continue_from: str | None, sets: list[str],
+                    run_name: str, compare_md: Path | None) -> Path | None:
+    """Train (resumable), evaluate on the trained base and compare paired with `prev`'s committed
+    predictions (none: no comparison); keep the predictions, metrics, adapter metadata and loss curve in
+    `keep`. Returns the comparison's json."""
     import shutil
 
-    if not (prev / "predictions.jsonl").is_file():
+    if prev is not None and not (prev / "predictions.jsonl").is_file():
         raise SystemExit(f"{prev.name}'s predictions are not in {prev}: the paired comparison needs them")
     ensure_builds(BUILDS, rdir / "cost.json")  # runs/ does not always survive a session
     cfg = yaml.safe_load(TRAIN_CFG.read_text())
@@ -281,15 +287,19 @@ def _measured_round(rdir: Path, keep: Path, prev: Path, continue_from: str, sets
     cfg["tracking"]["run_name"] = f"{run_name}-train"
     train_once(rdir, cfg, continue_from=continue_from)
     ev = yaml.safe_load(ROUNDS_CFG.read_text())
-    ev["judges"] = [{**ev["judges"][-1], "name": "current", "adapter": str(rdir / "train")}]
+    judge = ev["judges"][-1]
+    ev["judges"] = [{**judge, "name": "current", "adapter": str(rdir / "train"),
+                     "engine": {**judge["engine"], "model": cfg["model"]["name"]}}]
     ev["out"] = str(rdir / "eval")
     (rdir / "eval.yaml").write_text(yaml.safe_dump(ev, sort_keys=False))
     if not (rdir / "eval" / "metrics.json").is_file():
         timed([*JF, "eval", "--config", str(rdir / "eval.yaml")], rdir / "cost.json", "eval")
     keep.mkdir(parents=True, exist_ok=True)
-    vs = keep / f"vs-{prev.name}.json"
-    timed([*JF, "eval", "compare", str(prev), str(rdir / "eval"), "--out", str(compare_md), "--json", str(vs)],
-          rdir / "cost.json", "compare")
+    vs = None
+    if prev is not None:
+        vs = keep / f"vs-{prev.name}.json"
+        timed([*JF, "eval", "compare", str(prev), str(rdir / "eval"), "--out", str(compare_md), "--json", str(vs)],
+              rdir / "cost.json", "compare")
     for src, name in ((rdir / "eval" / "predictions.jsonl", "predictions.jsonl"),
                       (rdir / "eval" / "metrics.json", "metrics.json"),
                       (rdir / "train" / "adapter" / "judgeforge.json", "judgeforge.json"),
@@ -400,9 +410,10 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--set", action="append", default=[], help="train config override key=value")
     c = sub.add_parser("choice", help="a recipe choice against round k on the same window and items")
     c.add_argument("--name", required=True, help="e.g. lr1e-3: runs/curve/choices/<name>, kept beside the curve")
-    c.add_argument("--vs-round", type=int, required=True, help="the round it is compared with, paired")
-    c.add_argument("--continue", dest="continue_from", required=True,
-                   help="the adapter that round continued from (so the choice trains on the same window)")
+    c.add_argument("--vs", help="compared paired with a round (r6) or a kept choice (its name)")
+    c.add_argument("--continue", dest="continue_from",
+                   help="the adapter a round continued from (the choice trains on its window); none: from the "
+                        "base on the recipe's first window")
     c.add_argument("--set", action="append", default=[], help="train config override key=value")
     a = sub.add_parser("append", help="add a round trained and evaluated by hand to the committed curve")
     a.add_argument("--arm", default="score")

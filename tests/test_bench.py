@@ -160,7 +160,7 @@ def test_learning_curve_next_round_trains_evaluates_compares_keeps_and_appends(b
         lc.next_round(types.SimpleNamespace(round=8, continue_from="x", set=[]))
 
     cmds.clear()  # a choice: the adapter round 6 continued from, other overrides, compared with round 6
-    lc.choice(types.SimpleNamespace(name="lr1e-3", vs_round=6, continue_from="runs/train/r5", set=["optim.lr=0.001"]))
+    lc.choice(types.SimpleNamespace(name="lr1e-3", vs="r6", continue_from="runs/train/r5", set=["optim.lr=0.001"]))
     train, ev, compare = cmds
     cdir, kept = tmp_path / "runs/choices/lr1e-3", results / "choices/lr1e-3"
     assert train[-2:] == ["--continue", "runs/train/r5"] and compare[-6:-4] == [str(results / "r6"), str(cdir / "eval")]
@@ -168,6 +168,13 @@ def test_learning_curve_next_round_trains_evaluates_compares_keeps_and_appends(b
     assert {p.name for p in kept.iterdir()} == {"predictions.jsonl", "metrics.json", "judgeforge.json", "train-loss.json",
                                                 "vs-r6.json", "cost.json", "choice.json"}
     assert json.loads((results / "score-curve.json").read_text())["rounds"] == rounds  # a choice is not on the curve
+
+    cmds.clear()  # another base from its own first window, compared with a kept choice
+    lc.choice(types.SimpleNamespace(name="gemma", vs="lr1e-3", continue_from=None, set=["model.name=gemma3-270m"]))
+    train, ev, compare = cmds
+    judge, = yaml.safe_load((tmp_path / "runs/choices/gemma/eval.yaml").read_text())["judges"]
+    assert "--continue" not in train and judge["engine"]["model"] == "gemma3-270m"
+    assert compare[-6:-4] == [str(kept), str(tmp_path / "runs/choices/gemma/eval")]
 
 
 def test_learning_curve_rounds_continue_the_previous_adapter(bench, monkeypatch, tmp_path):
