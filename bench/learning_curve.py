@@ -30,6 +30,7 @@ import argparse
 import json
 import logging
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -127,13 +128,19 @@ def eval_round(name: str, adapter: Path | None, out: Path, cost: Path, extra: li
     timed([*JF, "eval", "--config", str(path), *extra], cost, out.name)
 
 
+def recipe(sets: list[str]) -> dict:
+    """The training recipe with `key=value` overrides (values parsed as YAML)."""
+    cfg = yaml.safe_load(TRAIN_CFG.read_text())
+    for item in sets:
+        key, value = item.split("=", 1)
+        set_dotted(cfg, key, yaml.safe_load(value))
+    return cfg
+
+
 def train_round(arm_dir: Path, k: int, size: int, sets: list[str]) -> Path:
     """Round k on `size` records: round 1 on the build's first window, round k the next after k-1."""
     rdir = arm_dir / f"r{k}"
-    cfg = yaml.safe_load(TRAIN_CFG.read_text())
-    for s in sets:
-        key, value = s.split("=", 1)
-        set_dotted(cfg, key, yaml.safe_load(value))
+    cfg = recipe(sets)
     cfg["out"] = str(rdir / "train")
     cfg["data"]["sources"][0].update(offset=0, limit=size)
     cfg["tracking"]["run_name"] = f"{arm_dir.name}-r{k}-train"
@@ -237,8 +244,6 @@ def next_round(args) -> None:
     evaluate it score-only on the held-out items (configs/eval/embedded-judge-rounds.yaml, one judge), compare
     it paired with round k-1's committed predictions, keep its results in bench/results/learning_curve/rk/
     and append it to the committed curve. Each step's CPU time goes to runs/curve/continued/rk/cost.json."""
-    import shutil
-
     k = args.round
     rdir, keep = ROOT / "continued" / f"r{k}", RESULTS / f"r{k}"
     vs = _measured_round(rdir, keep, RESULTS / f"r{k - 1}", args.continue_from, args.set, f"continued-r{k}",
@@ -256,8 +261,6 @@ def choice(args) -> None:
     from the adapter a round continued from, so on that round's window; without, from the base on the
     recipe's first window (round 1's). `--vs` (a round, `r6`, or a kept choice's name) compares it paired
     with that one's committed predictions."""
-    import shutil
-
     rdir, keep = ROOT / "choices" / args.name, RESULTS / "choices" / args.name
     vs = None
     if args.vs:
@@ -274,15 +277,10 @@ def _measured_round(rdir: Path, keep: Path, prev: Path | None, continue_from: st
     """Train (resumable), evaluate on the trained base and compare paired with `prev`'s committed
     predictions (none: no comparison); keep the predictions, metrics, adapter metadata and loss curve in
     `keep`. Returns the comparison's json."""
-    import shutil
-
     if prev is not None and not (prev / "predictions.jsonl").is_file():
         raise SystemExit(f"{prev.name}'s predictions are not in {prev}: the paired comparison needs them")
     ensure_builds(BUILDS, rdir / "cost.json")  # runs/ does not always survive a session
-    cfg = yaml.safe_load(TRAIN_CFG.read_text())
-    for item in sets:
-        key, value = item.split("=", 1)
-        set_dotted(cfg, key, yaml.safe_load(value))
+    cfg = recipe(sets)
     cfg["out"] = str(rdir / "train")
     cfg["tracking"]["run_name"] = f"{run_name}-train"
     train_once(rdir, cfg, continue_from=continue_from)
