@@ -8,6 +8,8 @@
     python bench/learning_curve.py choice --name lr1e-3 --vs r6 --continue judgeforge/default_judge \
         --set optim.lr=1e-3                                           # a recipe choice on round 6's window
     python bench/learning_curve.py choice --name gemma-r1 --vs smollm2-r1 --set model.name=gemma3-270m
+    python bench/learning_curve.py choice --name soft-r1 --vs smollm2-r1 --build-set sample_policy=distribution \
+        --set data.target=distribution                                # a choice with a build of its own
 
 `run`: round 0 is the base judge (shared by every arm); round 1 trains
 `configs/train/embedded-judge.yaml` (plus the arm's `--set` overrides) on the first window of the
@@ -50,7 +52,8 @@ BIAS_CFG = REPO / "configs" / "eval" / "embedded-judge-bias.yaml"
 ROUNDS_CFG = REPO / "configs" / "eval" / "embedded-judge-rounds.yaml"
 JF = [sys.executable, "-m", "judgeforge.cli"]
 VARIANTS = ("n1", "n3", EXPECTED, SCORE_ONLY)
-BUILDS = {"runs/data/embedded-judge": "configs/data/embedded-judge.yaml"}
+DATA_CFG = "configs/data/embedded-judge.yaml"
+BUILDS = {"runs/data/embedded-judge": DATA_CFG}
 """The data builds the rounds train on (out dir -> `judgeforge data build` config)."""
 POLL_S = 2.0
 """How often `timed` reads the step's process tree's CPU time."""
@@ -265,11 +268,30 @@ def choice(args) -> None:
     vs = None
     if args.vs:
         vs = RESULTS / args.vs if (RESULTS / args.vs).is_dir() else RESULTS / "choices" / args.vs
-    _measured_round(rdir, keep, vs, args.continue_from, args.set, f"choice-{args.name}",
+    sets = list(args.set)
+    if args.build_set:  # the choice's own build of the same inputs; it trains on the same window positions
+        build = own_build(rdir, args.name, args.build_set)
+        sets.insert(0, f"data.sources=[{{path: {build}, offset: 0, limit: {recipe([])['data']['sources'][0]['limit']}}}]")
+    _measured_round(rdir, keep, vs, args.continue_from, sets, f"choice-{args.name}",
                     keep / f"vs-{args.vs}.md" if vs else None)
     shutil.copy(rdir / "cost.json", keep / "cost.json")
-    (keep / "choice.json").write_text(json.dumps({"name": args.name, "set": args.set, "vs": args.vs,
-                                                  "continue": args.continue_from}, indent=1))
+    (keep / "choice.json").write_text(json.dumps({"name": args.name, "build_set": args.build_set, "set": sets,
+                                                  "vs": args.vs, "continue": args.continue_from}, indent=1))
+
+
+def own_build(rdir: Path, name: str, build_sets: list[str]) -> str:
+    """runs/data/embedded-judge-<name>: the rounds' build config with `build_sets` (key=value, YAML values,
+    `sources.1.rescale=[1,5]` indexes lists), built once; its config is kept as rdir/data.yaml."""
+    cfg = yaml.safe_load((REPO / DATA_CFG).read_text())
+    for item in build_sets:
+        key, value = item.split("=", 1)
+        set_dotted(cfg, key, yaml.safe_load(value))
+    own = f"{cfg['out']}-{name}"
+    cfg["out"] = own
+    rdir.mkdir(parents=True, exist_ok=True)
+    (rdir / "data.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    ensure_builds({own: str(rdir / "data.yaml")}, rdir / "cost.json")
+    return own
 
 
 def _measured_round(rdir: Path, keep: Path, prev: Path | None, continue_from: str | None, sets: list[str],
@@ -413,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the adapter a round continued from (the choice trains on its window); none: from the "
                         "base on the recipe's first window")
     c.add_argument("--set", action="append", default=[], help="train config override key=value")
+    c.add_argument("--build-set", action="append", default=[],
+                   help="train on a build of its own: the rounds' data config with this override (key=value)")
     a = sub.add_parser("append", help="add a round trained and evaluated by hand to the committed curve")
     a.add_argument("--arm", default="score")
     a.add_argument("--round", type=int, required=True)

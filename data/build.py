@@ -147,11 +147,12 @@ def _read_sources(cfg: BuildConfig, pool: Pool, spool: Spool):
         c = counts[name] = SourceCounts()
         ctx = make_context(src.format, name, src.scale, src.judge_model, cfg.check_feedback_score, src.columns,
                            src.rubric_preset, src.prompt_name, src.swap, src.pair_inconsistent,
-                           src.ties, cfg.max_tokens, cfg.tokenizer)
+                           src.ties, cfg.max_tokens, cfg.tokenizer, src.rescale)
         parse = PARSERS[src.format]
         records, local, described = open_input(src, marks)
         inputs.append({"name": name, "format": src.format, "path": src.path, **described,
-                       "scale": [ctx.scale.lo, ctx.scale.hi]})
+                       "scale": [ctx.scale.lo, ctx.scale.hi],
+                       **({"rescaled_to": [ctx.rescale.lo, ctx.rescale.hi]} if ctx.rescale else {})})
         writer = None
         if pool.usable_for(local):
             stream = pool.jsonl(local, src.format, ctx, spool)

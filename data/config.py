@@ -63,11 +63,18 @@ class SourceConfig(Config):
     records read (like `swap`), and `swap` then adds both in the other order too. There is no plain
     `keep`: a relative record's target must be A or B."""
 
-    @field_validator("scale")
+    rescale: tuple[int, int] | None = None
+    """Absolute judgments: map every score linearly onto this scale, rounded half up (1-10 -> 1-5 is
+    ceil(s/2)), and grade the item on it (the prompt shows the new scale); the teacher's own score and
+    scale stay in `extra.original_score` / `original_scale`. A rubric that describes each level of the old
+    scale cannot be carried over: such records are rejected (reason `rescale_rubric_levels`).
+    null: every record keeps its own scale (a judge trained on both reads each item on its own)."""
+
+    @field_validator("scale", "rescale")
     @classmethod
     def _scale_ok(cls, v):
         if v is not None and not v[0] < v[1]:
-            raise ValueError(f"scale lo must be < hi, got {list(v)}")
+            raise ValueError(f"a scale's lo must be < hi, got {list(v)}")
         return v
 
     @model_validator(mode="after")
@@ -81,6 +88,8 @@ class SourceConfig(Config):
         if self.prompt_name and self.format != "fastchat":
             raise ValueError(f"prompt_name is a fastchat option; source {self.path!r} is {self.format}")
         pairwise = self.format in ("fastchat", "alpaca_eval") or "response_a" in self.columns
+        if self.rescale is not None and self.format == "alpaca_eval":
+            raise ValueError(f"rescale maps absolute scores; source {self.path!r} holds pairs")
         if self.ties != "reject" and not pairwise:
             raise ValueError(f"ties is a pairwise option; source {self.path!r} ({self.format}) holds no pairs")
         return self
@@ -155,9 +164,11 @@ class BuildConfig(Config):
     """Inputs; `--input FORMAT:PATH` on the command line replaces them."""
     out: str = "runs/data/default"
     """Output directory (written atomically: train/test/rejects.jsonl, manifest.json, config.yaml)."""
-    sample_policy: Literal["all", "majority", "consistent"] = "all"
+    sample_policy: Literal["all", "majority", "consistent", "distribution"] = "all"
     """Several judgments of one item: all (one record each), majority (one record with the strict
-    majority score, else drop the item), consistent (keep the item only if scores agree within 1)."""
+    majority score, else drop the item), consistent (keep the item only if scores agree within 1),
+    distribution (one record per item, the first sample, with every sample's score in
+    `extra.score_samples`: the soft target of `judgeforge train` with `data.target: distribution`)."""
     split: SplitConfig = SplitConfig()
     """Train/test split."""
     decontamination: DecontamConfig = DecontamConfig()

@@ -16,9 +16,10 @@ from judgeforge.data.pairwise import (is_fastchat_pair, parse_alpaca_eval, parse
                                       parse_generic_pair)
 from judgeforge.data.schema import Judgment
 from judgeforge.judge.prompts import Rubric, Scale, absolute_prompt, rubric_preset
-from judgeforge.data.validate import (EMPTY_FEEDBACK, EMPTY_RESPONSE, MISSING_FIELD, UNPARSEABLE_PROMPT,
-                                      UNSUPPORTED_MODE, UPSTREAM_PARSE_FAILURE, Reject, check_feedback_score,
-                                      clean_feedback, coerce_score, optional_text, require_text)
+from judgeforge.data.validate import (EMPTY_FEEDBACK, EMPTY_RESPONSE, MISSING_FIELD, RESCALE_RUBRIC_LEVELS,
+                                      UNPARSEABLE_PROMPT, UNSUPPORTED_MODE, UPSTREAM_PARSE_FAILURE, Reject,
+                                      check_feedback_score, clean_feedback, coerce_score, optional_text,
+                                      require_text, rescale_score)
 
 Parsed = list[tuple[int, "Judgment | Reject"]]
 
@@ -45,6 +46,8 @@ class Context:
     """The build's length limit (data.length; None: none)."""
     tokenizer: str | None = None
     """What counts `max_tokens` (None: characters / 4)."""
+    rescale: Scale | None = None
+    """Absolute judgments: the scale the records are mapped onto (validate.rescale_score; None: their own)."""
 
 
 def make_judgment(ctx: Context, *, instruction: str, response: str, rubric: Rubric, feedback,
@@ -58,11 +61,25 @@ def make_judgment(ctx: Context, *, instruction: str, response: str, rubric: Rubr
     feedback = clean_feedback(feedback)
     if not feedback:
         raise Reject(EMPTY_FEEDBACK, "feedback holds only a verdict")
+    scale = ctx.scale
+    if ctx.rescale is not None and ctx.rescale != scale:
+        value, scale, fields = _rescaled(ctx, rubric, value, fields)
     j = Judgment(instruction=instruction, response=response, rubric=rubric, feedback=feedback, score=value,
-                 scale=ctx.scale, source=ctx.source, sample_idx=sample_idx, **fields)
+                 scale=scale, source=ctx.source, sample_idx=sample_idx, **fields)
     if not j.judge_model or j.judge_model == "unknown":
         j.judge_model = ctx.judge_model
     return j  # item_id is left to the builder, which hashes each item once (data/records.py)
+
+
+def _rescaled(ctx: Context, rubric: Rubric, value: int, fields: dict) -> tuple[int, Scale, dict]:
+    """(score, scale, fields) of a judgment mapped onto `ctx.rescale`; the teacher's own score and scale
+    stay in `extra` (`original_score`, `original_scale`), so the mapping can be undone and audited."""
+    if rubric.descriptions:
+        raise Reject(RESCALE_RUBRIC_LEVELS, f"rubric describes levels {sorted(rubric.descriptions)} of "
+                                            f"{ctx.scale.lo}-{ctx.scale.hi}")
+    src, dst = (ctx.scale.lo, ctx.scale.hi), (ctx.rescale.lo, ctx.rescale.hi)
+    extra = {**(fields.get("extra") or {}), "original_score": value, "original_scale": list(src)}
+    return rescale_score(value, src, dst), ctx.rescale, {**fields, "extra": extra}
 
 
 # --- prometheus -------------------------------------------------------------------------------
@@ -143,8 +160,7 @@ def parse_prometheus(obj: dict, ctx: Context) -> Parsed:
     except Reject as e:
         return [(s, e) for s in range(n)]
     out: Parsed = []
-    sctx = ctx if parts.scale == ctx.scale else Context(ctx.source, parts.scale, ctx.judge_model,
-                                                         ctx.check_feedback)
+    sctx = ctx if parts.scale == ctx.scale else dataclasses.replace(ctx, scale=parts.scale)
     extra = {"idx": obj.get("idx")}
     for s in range(n):
         try:
@@ -380,9 +396,9 @@ DEFAULT_JUDGES = {"prometheus": "gpt-4"}
 def make_context(fmt: str, source: str, scale=None, judge_model=None, check_feedback=True, columns=None,
                  preset: str | None = None, prompt_name: str | None = None, swap: bool = False,
                  pair_inconsistent: str = "reject", ties: str = "reject", max_tokens: int | None = None,
-                 tokenizer: str | None = None) -> Context:
+                 tokenizer: str | None = None, rescale=None) -> Context:
     return Context(source=source, scale=Scale(*scale) if scale else DEFAULT_SCALES.get(fmt, Scale()),
                    judge_model=judge_model or DEFAULT_JUDGES.get(fmt, "unknown"), check_feedback=check_feedback,
                    columns=dict(columns or {}), rubric=rubric_preset(preset) if preset else None,
                    prompt_name=prompt_name, swap=swap, pair_inconsistent=pair_inconsistent, ties=ties,
-                   max_tokens=max_tokens, tokenizer=tokenizer)
+                   max_tokens=max_tokens, tokenizer=tokenizer, rescale=Scale(*rescale) if rescale else None)

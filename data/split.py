@@ -18,6 +18,9 @@ def apply_policy(records: list[Judgment], policy: str) -> tuple[list[Judgment], 
 
     all: every sample. majority: of each item, the first sample with the strict majority score (items
     without one are dropped). consistent: every sample of items whose scores span at most 1.
+    distribution: of each item, the first sample, its `extra.score_samples` set to every sample's score
+    in sample order (the soft target: train.soft reads the teacher's distribution from it); the other
+    samples are dropped, so an item costs one prefill however many samples it has.
     """
     if policy == "all":
         return list(records), []
@@ -34,6 +37,10 @@ def apply_policy(records: list[Judgment], policy: str) -> tuple[list[Judgment], 
             score, count = Counter(scores).most_common(1)[0]
             if count * 2 > len(scores):
                 keep.add(id(next(j for j in samples if j.score == score)))
+        elif policy == "distribution":
+            first = min(samples, key=lambda j: j.sample_idx)
+            first.extra = {**first.extra, "score_samples": [j.score for j in sorted(samples, key=lambda j: j.sample_idx)]}
+            keep.add(id(first))
         elif policy == "consistent":
             if max(scores) - min(scores) <= 1:
                 keep.update(id(j) for j in samples)

@@ -33,9 +33,12 @@ TOO_LONG = "too_long"
 # Pairwise: a tie is no relative-grading target; a FastChat pair whose two orders disagree.
 TIE = "tie"
 PAIR_INCONSISTENT = "pair_inconsistent"
+# A source rescaled to another scale (`rescale`) whose rubric describes each level of its own scale:
+# the descriptions cannot be carried over, and a prompt that mixes both scales would mislead the judge.
+RESCALE_RUBRIC_LEVELS = "rescale_rubric_levels"
 REASONS = (UNREADABLE_LINE, DUPLICATE_KEY, MISSING_FIELD, UNPARSEABLE_PROMPT, UNSUPPORTED_MODE, UPSTREAM_PARSE_FAILURE,
            NON_INTEGER_SCORE, SCORE_OUT_OF_SCALE, EMPTY_RESPONSE, EMPTY_FEEDBACK, SCORE_FEEDBACK_MISMATCH,
-           TOO_LONG, TIE, PAIR_INCONSISTENT, DUPLICATE)
+           TOO_LONG, TIE, PAIR_INCONSISTENT, RESCALE_RUBRIC_LEVELS, DUPLICATE)
 
 
 class Reject(Exception):
@@ -77,6 +80,16 @@ def coerce_score(value, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise Reject(SCORE_OUT_OF_SCALE, f"score {value} outside {lo}-{hi}")
     return value
+
+
+def rescale_score(score: int, src: tuple[int, int], dst: tuple[int, int]) -> int:
+    """`score` on the scale `src` mapped linearly onto `dst`, rounded half up (exact: rational arithmetic).
+    1-10 -> 1-5 is ceil(s / 2): 1,2 -> 1; 3,4 -> 2; ...; 9,10 -> 5. Ends map to ends, order is kept."""
+    (lo, hi), (dlo, dhi) = src, dst
+    if not lo <= score <= hi:
+        raise ValueError(f"score {score} outside {lo}-{hi}")
+    num, den = (score - lo) * (dhi - dlo), hi - lo
+    return dlo + (2 * num + den) // (2 * den)
 
 
 def check_feedback_score(feedback: str, score: int) -> None:

@@ -135,6 +135,8 @@ def test_learning_curve_next_round_trains_evaluates_compares_keeps_and_appends(b
             (rdir / "train" / "data.json").write_text(json.dumps({"train": 150, "dropped_overlong": {"train": []}}))
             (rdir / "train" / "config.yaml").write_text("optim: {lr: 0.0002}\n")
             (rdir / "train" / "loss.json").write_text("{}")
+        elif step.startswith("build:"):
+            pass
         elif step == "eval":
             shutil.copytree(committed / "r5", rdir / "eval")
             (rdir / "eval" / "report.md").write_text("report")
@@ -160,7 +162,7 @@ def test_learning_curve_next_round_trains_evaluates_compares_keeps_and_appends(b
         lc.next_round(types.SimpleNamespace(round=8, continue_from="x", set=[]))
 
     cmds.clear()  # a choice: the adapter round 6 continued from, other overrides, compared with round 6
-    lc.choice(types.SimpleNamespace(name="lr1e-3", vs="r6", continue_from="runs/train/r5", set=["optim.lr=0.001"]))
+    lc.choice(types.SimpleNamespace(name="lr1e-3", vs="r6", continue_from="runs/train/r5", set=["optim.lr=0.001"], build_set=[]))
     train, ev, compare = cmds
     cdir, kept = tmp_path / "runs/choices/lr1e-3", results / "choices/lr1e-3"
     assert train[-2:] == ["--continue", "runs/train/r5"] and compare[-6:-4] == [str(results / "r6"), str(cdir / "eval")]
@@ -170,11 +172,21 @@ def test_learning_curve_next_round_trains_evaluates_compares_keeps_and_appends(b
     assert json.loads((results / "score-curve.json").read_text())["rounds"] == rounds  # a choice is not on the curve
 
     cmds.clear()  # another base from its own first window, compared with a kept choice
-    lc.choice(types.SimpleNamespace(name="gemma", vs="lr1e-3", continue_from=None, set=["model.name=gemma3-270m"]))
+    lc.choice(types.SimpleNamespace(name="gemma", vs="lr1e-3", continue_from=None, set=["model.name=gemma3-270m"], build_set=[]))
     train, ev, compare = cmds
     judge, = yaml.safe_load((tmp_path / "runs/choices/gemma/eval.yaml").read_text())["judges"]
     assert "--continue" not in train and judge["engine"]["model"] == "gemma3-270m"
     assert compare[-6:-4] == [str(kept), str(tmp_path / "runs/choices/gemma/eval")]
+
+    cmds.clear()  # a choice with a build of its own: the rounds' data config with overrides, same window
+    lc.choice(types.SimpleNamespace(name="rescaled", vs="r6", continue_from=None, set=[],
+                                    build_set=["sources.1.rescale=[1, 5]"]))
+    build, train, ev, compare = cmds
+    data = yaml.safe_load((tmp_path / "runs/choices/rescaled/data.yaml").read_text())
+    assert data["sources"][1]["rescale"] == [1, 5] and data["out"] == "runs/data/embedded-judge-rescaled"
+    assert build[build.index("--out") + 1] == "runs/data/embedded-judge-rescaled"
+    source, = yaml.safe_load((tmp_path / "runs/choices/rescaled/train.yaml").read_text())["data"]["sources"]
+    assert source == {"path": "runs/data/embedded-judge-rescaled", "offset": 0, "limit": 150}
 
 
 def test_learning_curve_rounds_continue_the_previous_adapter(bench, monkeypatch, tmp_path):

@@ -79,10 +79,13 @@ class DataSection(Config):
     cut off the score) and listed in data.json."""
     seed: int = 42
     """Seed for the replay draws and the eval subset."""
-    target: Literal["feedback", "score"] = "feedback"
+    target: Literal["feedback", "score", "distribution"] = "feedback"
     """What the assistant turn trains: `feedback` = GPT-4's feedback then `[RESULT] n` (the
     Prometheus format); `score` = `[RESULT] n` alone, the score straight after the prompt (a
-    score-only judge: no rationale written, every target token is the verdict)."""
+    score-only judge: no rationale written, every target token is the verdict); `distribution` = a
+    score-only judge whose target is the teacher's sample distribution over the scale's values (soft
+    targets: one example per item of a `sample_policy: distribution` build, cross-entropy over the
+    values read exactly as serving reads them; train/soft.py)."""
 
 
 class OptimSection(Config):
@@ -224,6 +227,8 @@ class TrainConfig(Config):
                              "to keep the global batch on every process count")
         if not self.data.sources:
             raise ValueError("data.sources is empty: give at least one data-build directory")
+        if self.distill.enabled and self.data.target == "distribution":
+            raise ValueError("distill and data.target=distribution each replace the training loss; use one")
         return self
 
     def grad_accumulation(self) -> int:

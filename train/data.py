@@ -109,7 +109,8 @@ def to_prompt_completion(rec: dict, target: str = "feedback") -> dict:
     """A build line -> TRL conversational prompt-completion example (`id` kept for provenance).
 
     `target="score"` replaces the judgment by its verdict alone (`[RESULT] n`, from the record's
-    `score`; a relative record's `[RESULT] A|B`): the score-only judge's training target."""
+    `score`; a relative record's `[RESULT] A|B`): the score-only judge's training target.
+    `target="distribution"` is that example too; its loss is train.soft's (`score_distribution`)."""
     version = rec.get("template_version")
     if version != TEMPLATE_VERSION:
         raise ConfigError(f"record {rec.get('id')} was built with template {version!r}, this "
@@ -120,6 +121,9 @@ def to_prompt_completion(rec: dict, target: str = "feedback") -> dict:
         raise ConfigError(f"record {rec.get('id')}: messages must end with the one assistant "
                           f"turn (the judgment), got roles {roles}")
     completion = msgs[-1:]
+    if target == "distribution":
+        score_distribution(rec)  # fail here, at load, on a record that has none
+        target = "score"  # the example carries the first sample's verdict; train.soft replaces its loss
     if target == "score" and rec.get("mode") == "relative":  # a pair's verdict alone: `[RESULT] A|B`
         completion = [{"role": "assistant", "content": score_target(rec["verdict"])}]
     elif target == "score":
@@ -127,3 +131,23 @@ def to_prompt_completion(rec: dict, target: str = "feedback") -> dict:
             raise ConfigError(f"record {rec.get('id')} has no score: data.target=score needs one")
         completion = [{"role": "assistant", "content": score_target(rec["score"])}]
     return {"id": rec["id"], "prompt": msgs[:-1], "completion": completion}
+
+
+def score_distribution(rec: dict) -> tuple[tuple[int, int], list[float]]:
+    """(scale, probability of each of its values lo..hi): the teacher's sample distribution of an
+    absolute record, from `extra.score_samples` (a `sample_policy: distribution` build), else its one
+    `score`. Every sample is a real teacher score on the record's scale; nothing is smoothed or filled in."""
+    if rec.get("mode") == "relative":
+        raise ConfigError(f"record {rec.get('id')} is a pairwise judgment: data.target=distribution "
+                          "trains absolute records (a score distribution over a scale) only")
+    samples = (rec.get("extra") or {}).get("score_samples") or (
+        [rec["score"]] if rec.get("score") is not None else [])
+    scale = rec.get("scale")
+    if not samples or not (isinstance(scale, list | tuple) and len(scale) == 2):
+        raise ConfigError(f"record {rec.get('id')} has no score samples or scale: data.target=distribution "
+                          "needs them (build with sample_policy: distribution)")
+    lo, hi = int(scale[0]), int(scale[1])
+    bad = [v for v in samples if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi]
+    if bad:
+        raise ConfigError(f"record {rec.get('id')}: score samples {bad} are not integers in {lo}-{hi}")
+    return (lo, hi), [samples.count(v) / len(samples) for v in range(lo, hi + 1)]

@@ -114,6 +114,13 @@ def choice_logprobs(rows: torch.Tensor, r: ranking.Readout) -> torch.Tensor:
 
 def expected_scores(model, seqs: list[list[int]], r: ranking.Readout, pad_id: int) -> torch.Tensor:
     """E[score] of each sequence (prompt + readout suffix) in one left-padded forward pass."""
+    dist = value_logprobs(model, seqs, r, pad_id).softmax(-1)
+    return dist @ torch.tensor(r.values, dtype=dist.dtype, device=dist.device)
+
+
+def value_logprobs(model, seqs: list[list[int]], r: ranking.Readout, pad_id: int) -> torch.Tensor:
+    """[N, values] exact log-probability of each scale value after each sequence (prompt + readout
+    suffix), from one left-padded forward pass whose LM head runs on the last `r.rows` positions only."""
     device = next(model.parameters()).device
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
@@ -125,9 +132,7 @@ def expected_scores(model, seqs: list[list[int]], r: ranking.Readout, pad_id: in
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
                 logits_to_keep=r.rows, use_cache=False)
-    rows = F.log_softmax(out.logits[:, -r.rows:, :].float(), dim=-1)
-    dist = choice_logprobs(rows, r).softmax(-1)
-    return dist @ torch.tensor(r.values, dtype=dist.dtype, device=dist.device)
+    return choice_logprobs(F.log_softmax(out.logits[:, -r.rows:, :].float(), dim=-1), r)
 
 
 def ranknet_loss(diff: torch.Tensor, target: torch.Tensor, sigma: float = 1.0) -> torch.Tensor:
@@ -202,11 +207,3 @@ class DistillSFTTrainer(JudgeSFTTrainer):
         index = (step * self.args.gradient_accumulation_steps + micro) * self.args.world_size + \
             self.args.process_index
         return ranking.batch_positions(index, self.feed.batch_pairs, len(self.feed.pairs), self.feed.seed)
-
-    def _loss_scaled_for_ga(self, num_items_in_batch) -> bool:
-        """Whether the Trainer leaves the gradient-accumulation division to the loss (transformers'
-        own rule in `Trainer.training_step`)."""
-        if getattr(self, "loss_is_scaled_for_ga", None) is not None:
-            return bool(self.loss_is_scaled_for_ga)
-        return bool((self.model_accepts_loss_kwargs and num_items_in_batch is not None)
-                    or self.compute_loss_func is not None)

@@ -110,7 +110,7 @@ def make_trainer(cfg: TrainConfig, callbacks: Sequence = ()):
     out = Path(cfg.out)
     args = sft_args(cfg, out / "checkpoints", has_eval=len(eval_ds) > 0)  # before the model: ZeRO-3 init
     trainer, sample_log, dropped = build_trainer(cfg, args, train_ds, eval_ds, out, callbacks,
-                                                 pair_records=distill_records(cfg, mix))
+                                                 pair_records=distill_records(cfg, mix), records=mix.train)
     return trainer, mix, sample_log, dropped
 
 
@@ -314,11 +314,13 @@ def _peft_model(cfg: TrainConfig, model, args):
 
 
 def build_trainer(cfg: TrainConfig, args, train_ds, eval_ds, out: Path, callbacks: Sequence = (),
-                  loaded: tuple | None = None, pair_records: list[dict] | None = None):
+                  loaded: tuple | None = None, pair_records: list[dict] | None = None,
+                  records: list[dict] | None = None):
     """The SFTTrainer, its datasets cut to `max_length`, the sample log and the dropped ids.
 
     `loaded`: an already built (model, tokenizer) instead of loading `cfg.model.name`;
-    `pair_records`: where `distill` takes its preference pairs from (with `distill.enabled`)."""
+    `pair_records`: where `distill` takes its preference pairs from (with `distill.enabled`);
+    `records`: the training records (their teacher distributions, with `data.target: distribution`)."""
     from judgeforge.train.checkpoints import CompletionMarker, SampleLog
     from judgeforge.train.lora import apply_dropout
     from judgeforge.train.trainer import JudgeSFTTrainer
@@ -329,6 +331,10 @@ def build_trainer(cfg: TrainConfig, args, train_ds, eval_ds, out: Path, callback
         from judgeforge.train.distill import DistillSFTTrainer, prepare_pairs
 
         cls, extra = DistillSFTTrainer, {"feed": prepare_pairs(cfg, tok, pair_records or [])}
+    elif cfg.data.target == "distribution":
+        from judgeforge.train.soft import SoftScoreTrainer, prepare_soft_targets
+
+        cls, extra = SoftScoreTrainer, {"soft": prepare_soft_targets(tok, records or [])}
     trainer = cls(_peft_model(cfg, model, args), args=args, train_dataset=train_ds,
                   eval_dataset=eval_ds if len(eval_ds) else None, processing_class=tok,
                   callbacks=[CompletionMarker(), *callbacks], **extra)
@@ -341,6 +347,8 @@ def build_trainer(cfg: TrainConfig, args, train_ds, eval_ds, out: Path, callback
         raise ConfigError(f"every training example is longer than data.max_length={cfg.data.max_length}")
     sample_log = SampleLog(out / "samples.jsonl", trainer.data_collator)
     trainer.data_collator = sample_log.collate
+    if cfg.data.target == "distribution":  # outermost: the sample log strips the ids it reads
+        trainer.data_collator = trainer.soft.collate(trainer.data_collator)
     trainer.add_callback(sample_log)
     return trainer, sample_log, dropped
 

@@ -57,6 +57,14 @@ class JudgeSFTTrainer(SFTTrainer):
         inputs["use_cache"] = False
         return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
 
+    def _loss_scaled_for_ga(self, num_items_in_batch) -> bool:
+        """Whether the Trainer leaves the gradient-accumulation division to the loss (transformers'
+        own rule in `Trainer.training_step`): a loss term of our own must then divide itself."""
+        if getattr(self, "loss_is_scaled_for_ga", None) is not None:
+            return bool(self.loss_is_scaled_for_ga)
+        return bool((self.model_accepts_loss_kwargs and num_items_in_batch is not None)
+                    or self.compute_loss_func is not None)
+
 
 @contextlib.contextmanager
 def compact_cpu_head():

@@ -75,3 +75,37 @@ def test_feedback_is_the_judgment_without_its_rating(fastchat_build):
         candidates = by_key[(r["extra"]["question_id"], r["response_model"], r["extra"]["turn"])]
         assert any(rec["score"] == r["score"] and r["feedback"] == re.sub(
             r'\s*"?(?:Rating:\s*)?\[\[\d+\]\]"?\.?\s*$', "", rec["judgment"]).strip() for rec in candidates)
+
+
+def test_rescale_maps_onto_1_to_5_and_keeps_the_teacher_score(fastchat_build, tmp_path):
+    """`rescale: [1, 5]`: the same records, each graded on 1-5 (prompt, score, target), the teacher's own
+    1-10 score beside it; the counts are those of the build on the log's own scale."""
+    from .conftest import build
+
+    kept_out, kept_m = fastchat_build
+    out = tmp_path / "rescaled"
+    src = [{"format": "fastchat", "path": "data/vendor/fastchat-mt-bench/gpt-4_single.jsonl", "rescale": [1, 5]}]
+    m = build("configs/data/default.yaml", out, "split.test_models=[]", sources=src)
+    assert {k: m["counts"][k] for k in ("read", "kept", "rejected", "train")} == \
+        {k: kept_m["counts"][k] for k in ("read", "kept", "rejected", "train")}
+    assert m["inputs"][0]["scale"] == [1, 10] and m["inputs"][0]["rescaled_to"] == [1, 5]
+    own, records = read_lines(kept_out / "train.jsonl"), read_lines(out / "train.jsonl")
+    assert len(records) == len(own)
+    for r, o in zip(records, own):  # both in the log's order
+        assert (r["extra"]["question_id"], r["response_model"]) == (o["extra"]["question_id"], o["response_model"])
+        assert r["scale"] == [1, 5] and r["extra"]["original_scale"] == [1, 10]
+        assert r["extra"]["original_score"] == o["score"] and r["score"] == (o["score"] + 1) // 2
+        user, target = r["messages"][1]["content"], r["messages"][2]["content"]
+        assert "an integer between 1 and 5" in user and target.endswith(f"[RESULT] {r['score']}")
+        assert r["feedback"] == o["feedback"] and r["instruction"] == o["instruction"]
+    assert Counter(r["score"] for r in records).keys() == {1, 2, 3, 4, 5}
+
+
+def test_rescale_rejects_a_rubric_that_describes_the_old_levels(tmp_path):
+    """Prometheus rubrics describe each of their five levels: they cannot be carried onto 1-3."""
+    from .conftest import build
+
+    src = [{"format": "prometheus", "path": "data/vendor/prometheus-eval/mt_bench_eval.json", "rescale": [1, 3]}]
+    m = build(None, tmp_path / "b", "allow_empty=true", sources=src)
+    c = m["counts"]
+    assert c["kept"] == 0 and c["by_reason"]["rescale_rubric_levels"] == c["rejected"] > 0

@@ -30,6 +30,23 @@ def test_policies():
     assert [(j.item_id, j.sample_idx) for j in kept] == [("a", 0), ("c", 0)] and len(dropped) == 7
     kept, dropped = apply_policy(recs, "consistent")
     assert [j.item_id for j in kept] == ["c", "c", "c"] and len(dropped) == 6
+    kept, dropped = apply_policy(recs, "distribution")
+    assert [(j.item_id, j.sample_idx) for j in kept] == [("a", 0), ("b", 0), ("c", 0)] and len(dropped) == 6
+    assert [j.extra["score_samples"] for j in kept] == [[3, 3, 5], [2, 3, 4], [4, 5, 4]]
+    assert [j.score for j in kept] == [3, 2, 4]  # each record keeps its own (first) sample's verdict
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abcd"), st.integers(1, 5)), min_size=1, max_size=20), st.randoms())
+def test_distribution_keeps_one_record_per_item_and_every_score(rows, rnd):
+    """Whatever the order: one record an item, its samples' scores in sample order, the rest dropped."""
+    recs = [judgment(item, score, s=i) for i, (item, score) in enumerate(rows)]
+    rnd.shuffle(recs)
+    kept, dropped = apply_policy(recs, "distribution")
+    assert len(kept) + len(dropped) == len(recs) and len(kept) == len({j.item_id for j in recs})
+    for j in kept:
+        mine = sorted((r for r in recs if r.item_id == j.item_id), key=lambda r: r.sample_idx)
+        assert j is mine[0] and j.extra["score_samples"] == [r.score for r in mine]
 
 
 def test_choose_test_models_is_seeded():

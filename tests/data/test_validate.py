@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from judgeforge.data.validate import Reject, check_feedback_score, clean_feedback, coerce_score, stated_scores
 
@@ -135,3 +136,27 @@ def test_the_builder_check_is_the_judge_cores_rule():
     with pytest.raises(Reject, match="feedback states 1, score is 5"):
         check_feedback_score("Quoting [RESULT] 1 here.", 5)
     assert stated_scores is parsing.stated_scores
+
+
+def test_rescale_score_is_linear_rounded_half_up():
+    from judgeforge.data.validate import rescale_score
+
+    assert [rescale_score(s, (1, 10), (1, 5)) for s in range(1, 11)] == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert [rescale_score(s, (1, 5), (1, 10)) for s in range(1, 6)] == [1, 3, 6, 8, 10]  # 3.25, 5.5, 7.75
+    assert rescale_score(0, (0, 2), (1, 5)) == 1 and rescale_score(1, (0, 2), (1, 5)) == 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-5, 5), st.integers(1, 12), st.integers(-5, 5), st.integers(1, 12), st.data())
+def test_rescale_score_properties(lo, span, dlo, dspan, data):
+    from judgeforge.data.validate import rescale_score
+
+    src, dst = (lo, lo + span), (dlo, dlo + dspan)
+    s = data.draw(st.integers(*src))
+    got = rescale_score(s, src, dst)
+    assert dst[0] <= got <= dst[1]
+    assert rescale_score(src[0], src, dst) == dst[0] and rescale_score(src[1], src, dst) == dst[1]
+    if s < src[1]:
+        assert rescale_score(s + 1, src, dst) >= got  # order is kept
+    exact = dst[0] + (s - src[0]) * dspan / span
+    assert abs(got - exact) <= 0.5 + 1e-9
