@@ -87,8 +87,9 @@ class EngineConfig(Config):
     device: str = "auto"
     """transformers: torch device (auto -> cuda if available else cpu)."""
     cpu_threads: int | None = None
-    """transformers on CPU: torch intra-op threads for this process (None: torch's default). On a
-    shared machine use 1: OpenMP threads spin and generation collapsed 20x under contention."""
+    """transformers on CPU: torch intra-op threads for this process while the engine is open (None:
+    torch's default; closing the engine restores the count it found). On a shared machine use 1: OpenMP
+    threads spin and generation collapsed 20x under contention."""
     # openai
     base_url: str = "http://127.0.0.1:8001/v1"
     """openai: endpoint base URL (e.g. a `vllm serve` replica); no credentials or query in it (refused:

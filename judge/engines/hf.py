@@ -37,8 +37,10 @@ class TransformersEngine(JudgeEngine):
         from judgeforge.judge.weights import resolve_model
 
         self.cfg = cfg
-        if cfg.cpu_threads:
-            torch.set_num_threads(cfg.cpu_threads)  # process-wide, see EngineConfig.cpu_threads
+        self._threads_before = None
+        if cfg.cpu_threads:  # process-wide (EngineConfig.cpu_threads): given back in close()
+            self._threads_before = torch.get_num_threads()
+            torch.set_num_threads(cfg.cpu_threads)
         self._adapters = check_adapters(cfg)
         path = resolve_model(cfg.model)
         self.model_name = cfg.model
@@ -69,6 +71,15 @@ class TransformersEngine(JudgeEngine):
 
     def adapters(self) -> list[str]:
         return sorted(self._adapters)
+
+    def close(self) -> None:
+        """Give the process its torch thread count back, unless someone set another since: a caller
+        that grades and then trains in one process must not train on the engine's count."""
+        import torch
+
+        before, self._threads_before = self._threads_before, None
+        if before is not None and torch.get_num_threads() == self.cfg.cpu_threads:
+            torch.set_num_threads(before)
 
     @staticmethod
     def _key(r: SampleRequest):

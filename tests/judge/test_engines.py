@@ -282,6 +282,26 @@ def hf_engine(default_model_dir, lora_adapters):
         yield eng
 
 
+def test_transformers_engine_gives_its_thread_count_back(tiny_llama):
+    """cpu_threads holds while the engine is open; closing it restores the process's count (a caller
+    that grades, then trains, must not train on the engine's count), unless another was set since."""
+    import torch
+
+    from judgeforge.judge.engines import build_engine
+
+    before = torch.get_num_threads()
+    other = 2 if before == 1 else 1
+    try:
+        with build_engine(EngineConfig(kind="transformers", model=str(tiny_llama), cpu_threads=other)):
+            assert torch.get_num_threads() == other
+        assert torch.get_num_threads() == before
+        with build_engine(EngineConfig(kind="transformers", model=str(tiny_llama), cpu_threads=other)):
+            torch.set_num_threads(3)  # the caller's own choice since: left alone
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.slow
 def test_transformers_engine_n5_votes(hf_engine):
     judge = Judge(hf_engine, SamplingConfig(n=5, max_tokens=32, max_resample_rounds=1))
