@@ -131,13 +131,18 @@ def eval_round(name: str, adapter: Path | None, out: Path, cost: Path, extra: li
     timed([*JF, "eval", "--config", str(path), *extra], cost, out.name)
 
 
-def recipe(sets: list[str]) -> dict:
-    """The training recipe with `key=value` overrides (values parsed as YAML)."""
-    cfg = yaml.safe_load(TRAIN_CFG.read_text())
+def with_sets(path: Path, sets: list[str]) -> dict:
+    """The YAML config at `path` with `key=value` overrides (values parsed as YAML, `a.0.b` indexes lists)."""
+    cfg = yaml.safe_load(path.read_text())
     for item in sets:
         key, value = item.split("=", 1)
         set_dotted(cfg, key, yaml.safe_load(value))
     return cfg
+
+
+def recipe(sets: list[str]) -> dict:
+    """The training recipe with `key=value` overrides."""
+    return with_sets(TRAIN_CFG, sets)
 
 
 def train_round(arm_dir: Path, k: int, size: int, sets: list[str]) -> Path:
@@ -282,10 +287,7 @@ def choice(args) -> None:
 def own_build(rdir: Path, name: str, build_sets: list[str]) -> str:
     """runs/data/embedded-judge-<name>: the rounds' build config with `build_sets` (key=value, YAML values,
     `sources.1.rescale=[1,5]` indexes lists), built once; its config is kept as rdir/data.yaml."""
-    cfg = yaml.safe_load((REPO / DATA_CFG).read_text())
-    for item in build_sets:
-        key, value = item.split("=", 1)
-        set_dotted(cfg, key, yaml.safe_load(value))
+    cfg = with_sets(REPO / DATA_CFG, build_sets)
     own = f"{cfg['out']}-{name}"
     cfg["out"] = own
     rdir.mkdir(parents=True, exist_ok=True)

@@ -38,9 +38,9 @@ def apply_policy(records: list[Judgment], policy: str) -> tuple[list[Judgment], 
             if count * 2 > len(scores):
                 keep.add(id(next(j for j in samples if j.score == score)))
         elif policy == "distribution":
-            first = min(samples, key=lambda j: j.sample_idx)
-            first.extra = {**first.extra, "score_samples": [j.score for j in sorted(samples, key=lambda j: j.sample_idx)]}
-            keep.add(id(first))
+            ordered = sorted(samples, key=lambda j: j.sample_idx)
+            ordered[0].extra = {**ordered[0].extra, "score_samples": [j.score for j in ordered]}
+            keep.add(id(ordered[0]))
         elif policy == "consistent":
             if max(scores) - min(scores) <= 1:
                 keep.update(id(j) for j in samples)
