@@ -2,7 +2,9 @@
 peer_prometheus_eval): the MT-Bench grading items, machine conditions, alternating A/B runs with
 medians, and replacing one `## ...` section of bench/RESULTS.md.
 
-Imported as `_common` (the scripts run as `python bench/<name>.py`, so bench/ is on sys.path).
+Imported as `_common` (the scripts run as `python bench/<name>.py`, so bench/ is on sys.path). It
+also puts the repo root on sys.path: the test doubles some benchmarks run on (ScriptedEngine,
+make_lora_adapter) are the repo's `testing/` package, which the wheel does not ship.
 Nothing here imports torch or vLLM.
 """
 
@@ -20,6 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "RESULTS.md"
 MT_BENCH = REPO / "data" / "vendor" / "prometheus-eval" / "mt_bench_eval.json"
+if str(REPO) not in sys.path:  # appended: what bench/ and site-packages hold still comes first
+    sys.path.append(str(REPO))
 
 
 def mt_bench_items(k: int, skip: int = 0) -> list:

@@ -36,7 +36,7 @@ def app_for(store: Path | None, delay: float):
     from judgeforge.config import load_config
     from judgeforge.serve.app import create_app
     from judgeforge.serve.config import ServeConfig
-    from judgeforge.serve.testing import ScriptedEngine
+    from testing.engines import ScriptedEngine
 
     over = ["server.api_key=" + KEY, "engine.max_model_len=4096", "server.max_in_flight=256"]
     if store is not None:  # threshold 0: the teacher (a closed port) is never asked

@@ -10,7 +10,7 @@ its runs, reported as a ratio against reserved 0 (the config default).
   no seeds (see --seed), re-sampling off, in a child process of this script (`--child batch`) with its own engine
   (warm-up on 2 other prompts first). Reports gradings/s, wall and engine CPU-seconds.
 - serve: the real server (`judgeforge serve`, configs/serve/default.yaml, via
-  judgeforge.serve.testing.ServerProcess) with `engine.cpu_reserved_cores=0|1` and
+  judgeforge.serve.process.ServerProcess) with `engine.cpu_reserved_cores=0|1` and
   `sampling.max_tokens=`--serve-max-tokens``; after 2 warm-up requests, `--requests` POST /v1/grade
   (n=`--serve-n`) to 127.0.0.1 from a bounded loop, `--concurrency` in flight.
   Reports p50/p95 latency and requests/s.
@@ -92,14 +92,15 @@ async def load_loop(url: str, key: str, bodies: list[dict], concurrency: int) ->
 
 
 def served_run(a, reserved: int, log: Path) -> dict:
-    from judgeforge.serve.testing import ServerProcess
+    from judgeforge.serve.process import ServerProcess
 
     items = C.mt_bench_items(a.requests)
     warm = C.mt_bench_items(2, skip=a.requests)
     bodies = [body(it, None if a.seed is None else a.seed + i, a.serve_n, a.serve_max_tokens)
               for i, it in enumerate(items)]
     key = secrets.token_urlsafe(12)
-    over = [f"engine.cpu_reserved_cores={reserved}", f"sampling.max_tokens={a.serve_max_tokens}"]
+    over = [f"engine.cpu_reserved_cores={reserved}", f"sampling.max_tokens={a.serve_max_tokens}",
+            "engine.warm_start=null"]  # vLLM's placement is measured: no transformers answering first
     t0 = time.perf_counter()
     srv = ServerProcess(C.REPO / "configs/serve/default.yaml", over, env={"JUDGEFORGE_API_KEY": key}, log=log)
     try:

@@ -7,9 +7,10 @@ own OpenAPI spec, sent through one of TRANSPORTS: as generated; with NaN/Infinit
 number field; as text/plain, a form, with no or a foreign content type; past
 `server.max_body_bytes` (with or without content-length); nested far too deep; with bytes that are
 not UTF-8 or an escaped lone surrogate; cut short; or with a missing, lower-case or wrong
-Authorization header. The app runs on the scripted test-double engine (judgeforge.serve.testing), so this fuzzes the HTTP layer, not a
-model. Any 5xx is a failure. Prints the cases run, the 5xx count and the statuses seen; exits 1 on
-any 5xx. tests/serve/test_fuzz.py runs the same harness on a bounded number of cases.
+Authorization header. The app runs on the scripted test-double engine (the repo's testing/engines.py),
+so this fuzzes the HTTP layer, not a model. Any 5xx is a failure. Prints the cases run, the 5xx count
+and the statuses seen; exits 1 on any 5xx. tests/serve/test_fuzz.py runs the same harness on a
+bounded number of cases.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from random import Random
+
+# The test doubles are the repo's testing/ package (not shipped): the repo root on sys.path finds it,
+# whether this runs as a script or is loaded by tests/serve/test_fuzz.py.
+if (_REPO := str(Path(__file__).resolve().parents[1])) not in sys.path:
+    sys.path.append(_REPO)
 
 KEY = "fuzz-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -35,7 +42,7 @@ def make_app():
     from judgeforge.config import load_config
     from judgeforge.serve.app import create_app
     from judgeforge.serve.config import ServeConfig
-    from judgeforge.serve.testing import ScriptedEngine
+    from testing.engines import ScriptedEngine
 
     class Engine(ScriptedEngine):
         def count_tokens(self, messages):

@@ -59,7 +59,7 @@ def _attach_counter(counts: dict) -> None:
 
 
 def child(a) -> None:
-    from judgeforge.eval.config import SamplingConfig
+    from judgeforge.eval.config import EvalSampling
     from judgeforge.eval.judges import Unit, grade_units
     from judgeforge.judge.config import EngineConfig
     from judgeforge.judge.engines import build_engine
@@ -69,7 +69,7 @@ def child(a) -> None:
     items = C.mt_bench_items(a.units)
     units = [Unit("mt_bench", "absolute", "item", str(i), it, {"ref": it.gpt4}) for i, it in enumerate(items)]
     kw = {"sampled": False} if a.arm == "score-only only" else {}
-    sampling = SamplingConfig(max_tokens=a.max_tokens, score_only=True, **kw)
+    sampling = EvalSampling(max_tokens=a.max_tokens, score_only=True, **kw)
     # float32 on every arm: what `dtype: auto` resolves to on a CPU without native bf16 today, while
     # the earlier commit's `auto` meant bf16 there (5x slower); the prefill count does not depend on it.
     with build_engine(EngineConfig(kind="vllm", model="default-judge", max_model_len=4096,

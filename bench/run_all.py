@@ -83,9 +83,9 @@ def select(benches: tuple[Bench, ...], only: list[str], skip: list[str]) -> list
 def missing(need: str) -> str | None:
     """Why a requirement is not met here (None: it is)."""
     if need == "gpu":
-        import torch
+        from judgeforge.hardware import cuda_available
 
-        return None if torch.cuda.is_available() else "needs a CUDA GPU"
+        return None if cuda_available() else "needs a CUDA GPU"
     if need == "peer":
         absent = [m for m in ("prometheus_eval", "fastchat") if importlib.util.find_spec(m) is None]
         return f"needs the peer extra ({', '.join(absent)} missing; see pyproject.toml)" if absent else None

@@ -140,12 +140,13 @@ def phase_vllm(items, warm, a, runs):
 def phase_server(bodies, warm, a, runs, log_dir: Path):
     import secrets
 
-    from judgeforge.serve.testing import ServerProcess
+    from judgeforge.serve.process import ServerProcess
 
     key = secrets.token_urlsafe(8)
     over = [f"sampling.max_tokens={a.max_tokens}", "sampling.max_resample_rounds=0",
             "engine.max_num_seqs=256", f"engine.kv_cache_gb={os.environ['VLLM_CPU_KVCACHE_SPACE']}",
-            "server.max_in_flight=1024", "server.request_timeout_s=3600"]
+            "server.max_in_flight=1024", "server.request_timeout_s=3600",
+            "engine.warm_start=null"]  # the server over vLLM is measured, not the warm-start engine
     srv = ServerProcess(REPO / "configs/serve/default.yaml", over, env={"JUDGEFORGE_API_KEY": key},
                         log=log_dir / "server.log")
     try:
@@ -175,7 +176,7 @@ def phase_lora(items, a, runs, work: Path):
     from judgeforge.judge.engines import build_engine
     from judgeforge.judge.judge import Judge, Options
     from judgeforge.judge.weights import resolve_model
-    from judgeforge.serve.testing import make_lora_adapter
+    from testing.adapters import make_lora_adapter
     from judgeforge.train.merge import MergeConfig, merge
 
     base = resolve_model("default")

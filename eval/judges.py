@@ -119,13 +119,12 @@ def merged_model_dir(base_model: str, adapter: str, cache: Path | None = None) -
     return out
 
 
-def judge_sampling(sampling, n: int, feedback: bool = True):
-    """The judge core's sampling config for an evaluation: n drawn once, no re-sampling."""
-    from judgeforge.judge.config import SamplingConfig
-
-    return SamplingConfig(n=n, max_n=n, temperature=sampling.temperature, top_p=sampling.top_p,
-                          max_tokens=sampling.max_tokens, max_tokens_limit=sampling.max_tokens,
-                          max_resample_rounds=0, seed=None, feedback=feedback)
+def judge_sampling(sampling, n: int):
+    """The judge core's sampling config for an evaluation's pass (eval.config.EvalSampling, its
+    per-pass fields set): n drawn once, no re-sampling, per-request seeds on the units
+    (`per_request_seed`), feedback unless the pass is score-only only."""
+    return sampling.model_copy(update={"n": n, "max_n": n, "max_tokens_limit": sampling.max_tokens,
+                                       "max_resample_rounds": 0, "seed": None, "feedback": sampling.sampled})
 
 
 def _failed(reason: str, n: int) -> list[dict]:
@@ -139,7 +138,7 @@ def _prepare(judge, units: list[Unit], sampling) -> tuple[list[int], list, dict[
     ok, reqs, failed = [], [], {}
     for i, u in enumerate(units):
         if sampling.per_request_seed:
-            u.item.options = Options(seed=sampling.seed + i)
+            u.item.options = Options(seed=sampling.engine_seed + i)
         try:
             reqs.append(judge.requests(u.item))
             ok.append(i)
@@ -159,7 +158,7 @@ def grade_units(engine, units: list[Unit], *, n: int, sampling) -> tuple[list[di
     from judgeforge.judge.judge import Judge
     from judgeforge.progress import progress
 
-    judge = Judge(engine, judge_sampling(sampling, n, feedback=sampling.sampled))
+    judge = Judge(engine, judge_sampling(sampling, n))
     ok, reqs, failed = _prepare(judge, units, sampling)
     records: list[dict] = [{"samples": _failed(failed[i], n)} if i in failed else {} for i in range(len(units))]
     t0 = time.perf_counter()
@@ -242,7 +241,7 @@ def _grade_on_ray(ecfg, units: list[Unit], *, n: int, sampling, runtime, journal
 
     if sampling.per_request_seed:  # each unit seeded by its place in the whole list, as locally
         for i, u in enumerate(units):
-            u.item.options = Options(seed=sampling.seed + i)
+            u.item.options = Options(seed=sampling.engine_seed + i)
         sampling = sampling.model_copy(update={"per_request_seed": False})
     keys = unit_keys(ecfg, units, n, sampling)
     book = Journal(journal) if journal is not None else None

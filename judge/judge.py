@@ -32,9 +32,11 @@ KV_SHARE = 0.9  # of the engine's KV cache a batch may plan to fill (the rest ab
 SCORE_ONLY = "score-only: nothing written"
 
 
-def read(sample: Sample, item: GradeItem | CompareItem, strict: bool = False) -> Judged:
+def read(sample: Sample, item: GradeItem | CompareItem, strict: bool = False,
+         engine: str | None = None) -> Judged:
     """One engine sample as a vote: the written value and the completed distribution. `strict`: a
-    written score whose feedback states another verdict is no vote (judge.parsing.valid_judgment)."""
+    written score whose feedback states another verdict is no vote (judge.parsing.valid_judgment).
+    `engine`: the kind that drew it, unless the sample names its own (`extra["engine"]`)."""
     if sample.finish_reason == "score_only":
         written = ParseResult(reason=SCORE_ONLY)
     elif isinstance(item, GradeItem):
@@ -45,7 +47,7 @@ def read(sample: Sample, item: GradeItem | CompareItem, strict: bool = False) ->
         written = parse_verdict(sample.text)
     return Judged(written=written, probs=distribution(sample.choice_logprobs, item.choices),
                   text=sample.text, finish_reason=sample.finish_reason, n_tokens=sample.n_tokens,
-                  completion=sample.completion)
+                  completion=sample.completion, engine=sample.extra.get("engine", engine))
 
 
 def request_cost(req: SampleRequest) -> int:
@@ -120,7 +122,7 @@ class Judge:
                 chunk = [todo[k] for k in batch]
                 outs = self.engine.generate([r for _, r in chunk])
                 for (i, _), samples in zip(chunk, outs):
-                    slots[i].fill([read(s, items[i], self.strict) for s in samples])
+                    slots[i].fill([read(s, items[i], self.strict, self.engine.kind) for s in samples])
                 if progress is not None and first:
                     progress.update(len(chunk))
 
@@ -134,7 +136,8 @@ class Judge:
     async def _arun(self, req: SampleRequest, item) -> SampleSlots:
         slots = SampleSlots(req.n)
         while (nxt := self._next(req, slots)) is not None:
-            slots.fill([read(s, item, self.strict) for s in await self.engine.agenerate(nxt)])
+            samples = await self.engine.agenerate(nxt)
+            slots.fill([read(s, item, self.strict, self.engine.kind) for s in samples])
         return slots
 
     @staticmethod

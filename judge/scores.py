@@ -66,6 +66,8 @@ class Judged:
     n_tokens: int = 0
     completion: str | None = None
     """Why `probs` is None, when it is."""
+    engine: str | None = None
+    """The engine kind that drew the sample (a handoff engine's samples name the one that answered)."""
 
     @property
     def written_value(self) -> str | None:

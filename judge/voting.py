@@ -100,6 +100,13 @@ def _written_stats(js: Sequence[Judged]) -> dict:
             if both else None}
 
 
+def engine_of(js: Sequence[Judged]) -> str | None:
+    """The engine kind behind a result's samples; kinds joined by "+" when a handoff fell between
+    its sampling rounds (the first samples on one engine, the re-samples on the next)."""
+    kinds = list(dict.fromkeys(j.engine for j in js if j.engine))
+    return "+".join(kinds) if kinds else None
+
+
 def _no_vote_reason(n_sampled: int, failures: dict, js: Sequence[Judged]) -> str:
     why = "; ".join(f"{r} (x{c})" for r, c in sorted(failures.items(), key=lambda x: -x[1]))
     why = why or next((j.completion for j in js if j.completion), None) or "no samples"
@@ -127,6 +134,8 @@ class Grade:
     sources: list[str | None] = field(default_factory=list)
     n_sampled: int = 0
     failures: dict[str, int] = field(default_factory=dict)
+    engine: str | None = None
+    """The engine kind that drew the samples (see `engine_of`)."""
     judged: list[Judged] = field(default_factory=list, repr=False)
     """Every sample behind the votes, read (eval records them; the API returns texts on request)."""
 
@@ -189,7 +198,8 @@ def vote_scores(slots: "SampleSlots | Sequence[Judged]", scale: Scale = DEFAULT_
     common = dict(votes=votes, distribution={k: valid.count(k) for k in scale.values},
                   n_valid=len(valid), n_unparseable=sum(1 for j in js if not j.written_value),
                   score_probs=probs, expected_score=expected(avg), sources=[j.source for j in js],
-                  n_sampled=n_sampled, failures=failures, judged=js, **_written_stats(js))
+                  n_sampled=n_sampled, failures=failures, engine=engine_of(js), judged=js,
+                  **_written_stats(js))
     if not valid:
         return Grade(score=None, agreement=None, mean=None, feedback=None,
                      reason=_no_vote_reason(n_sampled, failures, js), **common)
@@ -224,6 +234,8 @@ class Comparison:
     """Samples drawn, both orders (what /v1/compare counts in the metrics, as /v1/grade does)."""
     failures: dict[str, int] = field(default_factory=dict)
     """Reason -> count over the samples whose text gave no valid verdict."""
+    engine: str | None = None
+    """The engine kind that drew the samples (see `engine_of`)."""
     judged: list[Judged] = field(default_factory=list, repr=False)
     swapped_judged: list[Judged] | None = field(default=None, repr=False)
 
@@ -253,7 +265,7 @@ def _unswap(js: Sequence[Judged]) -> list[Judged]:
                           reason=w.reason, feedback=w.feedback)
         probs = {_FLIP[c]: p for c, p in j.probs.items()} if j.probs else None
         out.append(Judged(written=written, probs=probs, text=j.text, finish_reason=j.finish_reason,
-                          n_tokens=j.n_tokens, completion=j.completion))
+                          n_tokens=j.n_tokens, completion=j.completion, engine=j.engine))
     return out
 
 
@@ -290,6 +302,6 @@ def vote_verdicts(ab: Sequence[Judged], ba: Sequence[Judged] | None = None) -> C
                       reason=reason if winner is None else None, consistent=consistent,
                       swapped_votes=swapped, probs=probs,
                       confidence=(probs[winner] if probs else agreement) if winner else None,
-                      n_sampled=len(allj), failures=_failures(allj),
+                      n_sampled=len(allj), failures=_failures(allj), engine=engine_of(allj),
                       judged=list(ab), swapped_judged=list(ba) if ba is not None else None,
                       **_written_stats(allj))

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 from judgeforge.judge.prompts import RUBRIC_PRESETS, Rubric, Scale
 from judgeforge.judge.voting import Comparison, Grade
 from judgeforge.models import DEFAULT_JUDGE
+from judgeforge.retry import Refused, RetryPolicy
 
 __all__ = ["BaseJudge", "Comparison", "Grade", "LocalJudge", "RemoteJudge", "Rubric", "ServerError",
            "connect", "load_judge"]
@@ -32,6 +33,7 @@ ENGINE_ALIASES = {"hf": "transformers"}
 REMOTE_BATCH = 16
 """Items per /v1/*/batch call: well inside a server's default limit (min of max_batch, max_in_flight)."""
 _PRESET_LIKE = re.compile(r"[A-Za-z_][\w-]{0,63}")
+RETRY = RetryPolicy(key_hint="pass api_key= or set JUDGEFORGE_API_KEY to the server's key")
 log = logging.getLogger(__name__)
 
 
@@ -268,25 +270,23 @@ class RemoteJudge(BaseJudge):
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:
         import httpx
 
-        from judgeforge.serve.client import MAX_429_RETRIES, _retry_after
-
-        for _ in range(MAX_429_RETRIES):
+        for attempt in range(1, RETRY.attempts + 1):
             try:
                 r = self.http.request(method, path, json=body)
             except httpx.TransportError as e:
                 raise ConnectionError(f"no answer from the judgeforge server at {self.url} "
                                       f"({type(e).__name__}: {e}): is `judgeforge serve` running there?") from e
-            if r.status_code != 429:
+            step = RETRY.decide(attempt, r.status_code, r.headers.get("retry-after"), self.url)
+            if isinstance(step, Refused):
+                raise PermissionError(step.message)
+            if step is None:
                 break
-            time.sleep(_retry_after(r))
+            time.sleep(step.after_s)
         return self._answer(r, f"{method} {path}")
 
     def _answer(self, r, route: str) -> dict:
         if r.status_code == 200:
             return r.json()
-        if r.status_code in (401, 403):
-            raise PermissionError(f"the server at {self.url} refused the API key ({r.status_code}): pass "
-                                  "api_key= or set JUDGEFORGE_API_KEY to the server's key")
         try:
             payload = r.json()
         except ValueError:
@@ -324,15 +324,9 @@ def engine_kind(requested: str) -> str:
     compiles at a machine's first start and pays off on large batches: ask for engine="vllm")."""
     if requested != "auto":
         return ENGINE_ALIASES.get(requested, requested)
-    return "vllm" if _cuda() and importlib.util.find_spec("vllm") else "transformers"
+    from judgeforge import hardware
 
-
-def _cuda() -> bool:
-    if importlib.util.find_spec("torch") is None:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
+    return "vllm" if hardware.cuda_available() and importlib.util.find_spec("vllm") else "transformers"
 
 
 def _check_model(name: str) -> None:

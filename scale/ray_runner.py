@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 from judgeforge.config import ConfigError
+from judgeforge.hardware import CoreLeases
 from judgeforge.scale.config import RuntimeConfig
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,13 @@ class _Replica:
         cfg, self._lease = place_replica(engine_cfg, runtime)
         self.engine = build_engine(cfg)
         self.batch_fn = batch_fn
+
+    def __del__(self):
+        # Ray Data drops the replica on a graceful shutdown (and Python after a failed __init__): its
+        # cores are free for the next engine at once. A replica killed instead leaves its lease to the
+        # next engine's liveness check (judgeforge.hardware.CoreLeases), which drops it.
+        CoreLeases.release(getattr(self, "_lease", None))
+        self._lease = None
 
     def __call__(self, batch: dict) -> dict:
         import numpy as np

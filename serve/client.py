@@ -15,7 +15,7 @@ $RAY_ADDRESS / runtime.address=... names a cluster; runtime.num_cpus=...,
 runtime.num_gpus=..., runtime.batch_size=... set the rest): the same records,
 appended as batches finish, resumed the same way.
 
-Several --url: a fleet of servers (serve/fleet.py). `-j` is the requests in
+Several --url: a fleet of servers (serve/client_fleet.py). `-j` is the requests in
 flight in all, not per server: each goes to the server with the fewest in
 flight (ties round-robin), so a slow server takes fewer lines; give about 8 per
 server. At start every /health is checked: a server that cannot grade is
@@ -67,9 +67,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from judgeforge.io import atomic_write_jsonl, dumps_record, read_complete_jsonl
-from judgeforge.serve.fleet import MAX_STRIKES, Fleet, Server
+from judgeforge.retry import Refused, RetryPolicy
+from judgeforge.serve.client_fleet import MAX_STRIKES, Fleet, Server
 
-MAX_429_RETRIES = 8
+RETRY = RetryPolicy()  # 429s: Retry-After waited out, 8 requests at most
 MAX_LINE_ATTEMPTS = 3  # servers a line is sent to at most: one failing on 3 may be what kills them
 REPROBE_S = 10.0  # how often a server out of rotation has its /health polled to bring it back
 RETRYABLE = (None, 503)  # no answer, or "cannot grade now": another server may well grade the line
@@ -206,13 +207,6 @@ def _route(body: dict) -> str:
     return "/v1/compare" if "response_a" in body else "/v1/grade"
 
 
-def _retry_after(r) -> float:
-    try:
-        return max(0.0, float(r.headers.get("retry-after", "1")))
-    except ValueError:
-        return 1.0
-
-
 def _cannot_reach(url: str, e: Exception) -> str:
     return f"cannot reach the server at {url} ({type(e).__name__}: {e})"
 
@@ -245,23 +239,23 @@ async def _check_server(client, url: str) -> tuple[str, bool] | None:
 
 
 async def _send(client, url: str, body: dict) -> dict:
-    """One request, 429s retried after their Retry-After: {"result"} or {"error"} (status None: the
-    answer was lost); _NoAnswer when nothing listens, GradeError when the key is refused."""
+    """One request, 429s retried as RETRY says: {"result"} or {"error"} (status None: the answer
+    was lost); _NoAnswer when nothing listens, GradeError when the key is refused."""
     import httpx
 
-    for _ in range(MAX_429_RETRIES):
+    for attempt in range(1, RETRY.attempts + 1):
         try:
             r = await client.post(_route(body), json=body)
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
             raise _NoAnswer(_cannot_reach(url, e)) from e
         except httpx.TransportError as e:  # answer lost (server died mid-request?)
             return {"error": {"status": None, "detail": f"no answer: {type(e).__name__}: {e}"}}
-        if r.status_code in (401, 403):
-            raise GradeError(f"the server at {url} refused the API key ({r.status_code}): set "
-                             f"JUDGEFORGE_API_KEY to the server's key", EXIT_USAGE)
-        if r.status_code != 429:
+        step = RETRY.decide(attempt, r.status_code, r.headers.get("retry-after"), url)
+        if isinstance(step, Refused):
+            raise GradeError(step.message, EXIT_USAGE)
+        if step is None:
             break
-        await asyncio.sleep(_retry_after(r))
+        await asyncio.sleep(step.after_s)
     try:
         payload = r.json()
     except ValueError:
@@ -433,8 +427,10 @@ def _validate_local(todo: list[Row], cfg, sink: Sink) -> list[tuple[Row, object]
 def _build_engine(cfg):
     from judgeforge.judge import engines
 
+    # Batch grading wants the throughput engine for every batch: a warm start would keep the first
+    # (large) batches on the warm-start engine after the configured one is up.
     try:
-        return engines.build_engine(cfg)
+        return engines.build_engine(cfg.engine.model_copy(update={"warm_start": None}))
     except (engines.EngineError, ImportError, OSError, ValueError) as e:
         raise GradeError(f"cannot start the --local engine ({cfg.engine.kind}): {e}", EXIT_UNREACHABLE) from e
 

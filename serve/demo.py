@@ -2,7 +2,7 @@
 
     .venv/bin/python -m judgeforge.serve.demo --config configs/serve/default.yaml --n 3
 
-Starts the real CLI in a subprocess (with a throwaway API key), waits for
+Starts the real CLI in a subprocess (serve/process.py, with a throwaway API key), waits for
 /health, POSTs one MT-Bench grading (data/vendor/prometheus-eval/mt_bench_eval.json,
 re-rendered through judge.prompts) with n samples, prints the answer beside
 GPT-4's scores for the same response, and stops the server with SIGTERM.
@@ -43,7 +43,7 @@ def mt_bench_requests(limit: int | None = None, path: str | Path = VENDOR_MT_BEN
 def main(argv: list[str] | None = None) -> int:
     import httpx
 
-    from judgeforge.serve.testing import ServerProcess
+    from judgeforge.serve.process import ServerProcess
 
     p = argparse.ArgumentParser(prog="python -m judgeforge.serve.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "configs/serve/default.yaml"))

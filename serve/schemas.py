@@ -261,6 +261,7 @@ RESULT_DOCS = {
     "written_agreement": "of samples that wrote a value, the share whose written value is the completed "
                          "distribution's most probable one",
     "n_sampled": "samples drawn, re-samples (and both orders) included",
+    "engine": "the engine kind that answered (e.g. transformers while vLLM starts, then vllm)",
     "failures": "reason -> count of the samples that gave no valid value",
     "winner": '"A", "B", or null (tie, inconsistent, unparseable: see reason)',
     "probs": "P(A wins), P(B wins) from the completed distributions, averaged over samples and orders",

@@ -44,6 +44,9 @@ class Metrics:
         self.parse_failures = Counter("judgeforge_parse_failures", "Samples that did not parse", registry=r)
         self.null_scores = Counter("judgeforge_null_results", "Gradings with no parseable sample", registry=r)
         self.in_flight = Gauge("judgeforge_in_flight", "Gradings admitted and not finished", registry=r)
+        self.answers = Counter("judgeforge_answers", "Answers by the engine kind that drew their samples "
+                               "(transformers while a handoff's vLLM starts, then vllm)", ["engine"],
+                               registry=r)
         self.engine_alive = Gauge("judgeforge_engine_alive", "1 while the engine can serve", registry=r)
         self.teacher_calls = Counter("judgeforge_teacher_calls", "Calls to the cascade's teacher by outcome: "
                                      "answered and timeout are paid (counted by the budget), error is not",

@@ -61,7 +61,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 @pytest.fixture(scope="session")
 def lora_adapters(default_model_dir, tmp_path_factory):
     """Two small LoRA adapters on the embedded SmolLM2, recording the current template version."""
-    from judgeforge.serve.testing import make_lora_adapter
+    from testing.adapters import make_lora_adapter
 
     root = tmp_path_factory.mktemp("adapters")
     return {name: str(make_lora_adapter(default_model_dir, root / name, r=8, seed=i))
@@ -72,7 +72,7 @@ def lora_adapters(default_model_dir, tmp_path_factory):
 def vllm_serve(default_model_dir, tmp_path_factory):
     """One real `vllm serve` of the embedded model for every test that needs an OpenAI-compatible
     endpoint (the openai engine, the cascade's teacher): a server start costs a minute or more."""
-    from judgeforge.serve.testing import VLLMServe
+    from testing.servers import VLLMServe
 
     srv = VLLMServe(default_model_dir, tmp_path_factory.mktemp("vllm-serve") / "serve.log")
     try:

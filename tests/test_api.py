@@ -11,11 +11,13 @@ import sys
 import pytest
 
 import judgeforge
-from judgeforge import api
+from judgeforge import api, hardware
 from judgeforge.judge.prompts import RUBRIC_PRESETS, Rubric
 from judgeforge.judge.config import SamplingConfig
 from judgeforge.judge.voting import Comparison, Grade
-from judgeforge.serve.testing import ScriptedEngine, free_port, scripted_server
+from judgeforge.serve.process import free_port
+from testing.engines import ScriptedEngine
+from testing.servers import scripted_server
 
 KEY = "api-test-key"
 SNIPPET = re.compile(r"<!-- readme-snippet: (\w+) -->\n```python\n(.*?)```", re.S)
@@ -285,7 +287,7 @@ def test_load_judge_builds_the_named_engine(monkeypatch):
 
     seen = []
     monkeypatch.setattr(engines, "build_engine", lambda cfg: seen.append(cfg) or ScriptedEngine())
-    monkeypatch.setattr(api, "_cuda", lambda: False)
+    monkeypatch.setattr(hardware, "cuda_available", lambda: False)
     with judgeforge.load_judge("default", engine="hf", sampling={"n": 2}, dtype="float32") as judge:
         assert judge.grade(Q, "4", RUBRIC).votes == [4, 4]
     with judgeforge.load_judge("default-judge"):

@@ -242,7 +242,7 @@ def test_generalization_table_merges_one_set_runs_into_the_report_one_run_would_
     """Sets run a session at a time and merged give the same figures as one run over all of them."""
     import json
 
-    from judgeforge.cascade.testing import synthetic_predictions
+    from testing.records import synthetic_predictions
     from judgeforge.eval.report import compute_metrics
 
     g = bench("generalization")

@@ -102,6 +102,17 @@ def test_core_imports_no_stage():
             assert not hit, f"{module} imports {sorted(hit)}"
 
 
+def test_the_package_imports_no_test_double():
+    """The test doubles (the repo's testing/ package, which the wheel does not ship) and the tests are
+    never imported by the package, lazily or not; none is left inside it either."""
+    sources, packages = package_sources()
+    for module, source in sources.items():
+        hit = {t for t in imports(source, module, frozenset(sources), module in packages)
+               if t.split(".")[0] in {"testing", "tests"}}
+        assert not hit, f"{module} imports {sorted(hit)}"
+    assert not {m for m in sources if m.rsplit(".", 1)[-1] in {"testing", "fake_teacher"}}
+
+
 def test_the_checker_finds_an_upward_import_even_a_lazy_one():
     sources = {
         "judgeforge": "",

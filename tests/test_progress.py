@@ -174,7 +174,7 @@ def test_judge_batches_log_their_progress(monkeypatch, lines):
     from judgeforge.judge.config import SamplingConfig
     from judgeforge.judge.items import CompareItem, GradeItem
     from judgeforge.judge.judge import BATCH, Judge
-    from judgeforge.serve.testing import ScriptedEngine
+    from testing.engines import ScriptedEngine
 
     monkeypatch.setenv(ENV_INTERVAL, "0")
     rubric = rubric_preset("helpfulness")

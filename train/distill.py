@@ -1,11 +1,11 @@
 """Pairwise-to-pointwise distillation as a training objective: TRL's SFTTrainer plus a RankNet term.
 
 `DistillSFTTrainer` is `JudgeSFTTrainer` (so TRL's SFT loss, collation, checkpoints and logging are
-untouched) whose `compute_loss` adds, on every training micro-step, `weight x RankNet` over a few
-preference pairs (train/ranking.py has the math and its reference implementation). Each pair's two
-responses are graded pointwise with the score-only absolute prompt, both in one left-padded forward
-pass of the model being trained; E[score] is read from the last positions' logits (`logits_to_keep`,
-so the LM head runs on a handful of positions only).
+untouched) whose loss (train.trainer.ScoreLossTrainer) adds, on every training micro-step,
+`weight x RankNet` over a few preference pairs (train/ranking.py has the math and its reference
+implementation). Each pair's two responses are graded pointwise with the score-only absolute prompt,
+both in one left-padded forward pass of the model being trained; E[score] is read from the last
+positions' logits (train/readout.py, so the LM head runs on a handful of positions only).
 
 Which pairs a micro-step uses is a function of (global step, micro-step, rank) alone
 (`ranking.batch_positions`), so a run resumed from a checkpoint draws exactly the pairs an
@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from judgeforge.data.pairwise import Pair, build_pairs
 from judgeforge.config import ConfigError
 from judgeforge.train import ranking
-from judgeforge.train.trainer import JudgeSFTTrainer
+from judgeforge.train.readout import expected_scores, score_readout
+from judgeforge.train.trainer import ScoreLossTrainer
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +49,6 @@ class PairFeed:
     @property
     def targets(self) -> list[float]:
         return [p.target for p in self.pairs]
-
-
-def score_readout(tokenizer, scale: tuple[int, int]) -> ranking.Readout:
-    """The score-only read of `scale` for this tokenizer (judge.completion's plan, as serving reads it)."""
-    from judgeforge.judge.completion import plan_completion
-    from judgeforge.judge.engines.base import TokenizerView
-
-    values = list(range(scale[0], scale[1] + 1))
-    plan = plan_completion(TokenizerView(tokenizer), [], [], "", [str(v) for v in values])
-    try:
-        return ranking.readout_from_plan(plan, 0, values)
-    except ValueError as e:
-        raise ConfigError(f"distill.scale {list(scale)}: {e}") from None
 
 
 def score_prompt_ids(tokenizer, pair: Pair, response: str, scale: tuple[int, int],
@@ -99,41 +87,6 @@ def prepare_pairs(cfg, tokenizer, records: list[dict]) -> PairFeed:
 
 
 # --- the torch side of the math (ranking.py is its reference) ----------------------------------
-
-def choice_logprobs(rows: torch.Tensor, r: ranking.Readout) -> torch.Tensor:
-    """[N, rows, vocab] next-token log-probs -> [N, values] exact log-probability of each value."""
-    out = []
-    for path, brk in zip(r.paths, r.breakers):
-        lp = sum(rows[:, i, t] for i, t in enumerate(path))
-        if brk:
-            p_more = rows[:, len(path), list(brk)].exp().sum(-1)
-            lp = lp + torch.log((1.0 - p_more).clamp(min=ranking.MIN_REST))
-        out.append(lp)
-    return torch.stack(out, dim=-1)
-
-
-def expected_scores(model, seqs: list[list[int]], r: ranking.Readout, pad_id: int) -> torch.Tensor:
-    """E[score] of each sequence (prompt + readout suffix) in one left-padded forward pass."""
-    dist = value_logprobs(model, seqs, r, pad_id).softmax(-1)
-    return dist @ torch.tensor(r.values, dtype=dist.dtype, device=dist.device)
-
-
-def value_logprobs(model, seqs: list[list[int]], r: ranking.Readout, pad_id: int) -> torch.Tensor:
-    """[N, values] exact log-probability of each scale value after each sequence (prompt + readout
-    suffix), from one left-padded forward pass whose LM head runs on the last `r.rows` positions only."""
-    device = next(model.parameters()).device
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, width - len(s):] = torch.tensor(s)
-        mask[i, width - len(s):] = 1
-    # Positions count real tokens only, so a padded row is read exactly as the unpadded prompt is served.
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
-                logits_to_keep=r.rows, use_cache=False)
-    return choice_logprobs(F.log_softmax(out.logits[:, -r.rows:, :].float(), dim=-1), r)
-
 
 def ranknet_loss(diff: torch.Tensor, target: torch.Tensor, sigma: float = 1.0) -> torch.Tensor:
     """Per-pair RankNet cross-entropy (ranking.ranknet_loss)."""
@@ -177,28 +130,23 @@ def score_pairs(model, feed: PairFeed, batch: int = 8, context=None) -> dict:
 
 # --- the trainer ---------------------------------------------------------------------------------
 
-class DistillSFTTrainer(JudgeSFTTrainer):
+class DistillSFTTrainer(ScoreLossTrainer):
     """JudgeSFTTrainer whose training loss is SFT + weight x RankNet on `feed`'s pairs."""
+
+    metric_prefix = "distill"
 
     def __init__(self, model, *args, feed: PairFeed, **kwargs):
         self.feed = feed
         self._micro = (-1, -1)  # (global step, micro-step within it)
         super().__init__(model, *args, **kwargs)
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        res = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        if not self.model.training:  # the eval loss stays the SFT loss, comparable across runs
-            return res
-        loss, outputs = res if return_outputs else (res, None)
+    @property
+    def term_weight(self) -> float:
+        return self.feed.weight
+
+    def score_term(self, model, inputs, extra):
         term, metrics = pair_loss(model, self.feed, self._positions())
-        if self._loss_scaled_for_ga(num_items_in_batch):
-            # The SFT loss is already divided over the accumulation steps; the Trainer won't divide this.
-            term = term / self.current_gradient_accumulation_steps
-        for name, value in metrics.items():
-            if name != "pairs":
-                self._metrics["train"][f"distill_{name}"].append(value)
-        loss = loss + self.feed.weight * term
-        return (loss, outputs) if return_outputs else loss
+        return term, {name: value for name, value in metrics.items() if name != "pairs"}
 
     def _positions(self) -> list[int]:
         step = self.state.global_step

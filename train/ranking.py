@@ -17,7 +17,7 @@ Reading E in one forward pass: judge.completion plans where each value's token p
 read nodes of a scale (1-5: one node; 1-10: the node before the first digit and the node after "1",
 where "10" continues) lie on one chain of tokens, so the sequence prompt + shared `[RESULT]` tokens
 + that chain gives every needed next-token distribution at its last positions. `Readout` holds that
-plan; `choice_logprobs` is the reference implementation the torch version (train.distill) is tested
+plan; `choice_logprobs` is the reference implementation the torch version (train.readout) is tested
 against.
 
 The pairs themselves (a build's relative records grouped per unordered pair, with the teacher's share)

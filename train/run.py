@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from judgeforge import hardware as hw
 from judgeforge.config import ConfigError, command_parser, load_config, save_resolved
 from judgeforge.io import atomic_write_json, read_jsonl
 from judgeforge.judge.adapters import meta_path
@@ -55,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = load_config(TrainConfig, recipe, args.overrides,
                       extra={"num_gpus": args.num_gpus, "out": args.out, "continue_from": args.continue_from})
     if cfg.num_gpus > 1 and not distributed.inside_launch():
-        return distributed.launch(cfg, argv, gpu=_has_gpu())
+        return distributed.launch(cfg, argv, gpu=hw.accelerator() is not None)
     adapter = train(cfg)
     if os.environ.get("RANK", "0") == "0":
         print(adapter)
@@ -200,7 +201,7 @@ def sft_args(cfg: TrainConfig, ckpt_dir: Path, has_eval: bool):
         # Without a GPU, bf16 means CPU autocast (chosen by `precision: auto` only on CPUs with native
         # bf16, bench/RESULTS.md), which transformers only enables when told it runs on the CPU; and
         # several processes form a CPU (gloo) group only when told so (train/distributed.py).
-        use_cpu=not _has_gpu() and (cfg.precision == "bf16" or cfg.num_gpus > 1),
+        use_cpu=hw.accelerator() is None and (cfg.precision == "bf16" or cfg.num_gpus > 1),
         output_dir=str(ckpt_dir), seed=cfg.seed, bf16=cfg.precision == "bf16", fp16=cfg.precision == "fp16",
         learning_rate=o.lr, lr_scheduler_type=o.scheduler, warmup_steps=o.warmup_ratio,
         weight_decay=o.weight_decay, num_train_epochs=o.epochs, max_steps=o.max_steps,
@@ -242,16 +243,8 @@ def resolve_precision(cfg: TrainConfig) -> TrainConfig:
     """`precision: auto` decided for this machine (judgeforge.hardware), logged once."""
     if cfg.precision != "auto":
         return cfg
-    from judgeforge import hardware as hw
-
-    choice = hw.train_precision("auto", hw.cpu_info(), gpu=_has_gpu())
+    choice = hw.train_precision("auto", hw.cpu_info(), gpu=hw.accelerator() is not None)
     return cfg.model_copy(update={"precision": hw.log_choice("training precision", choice)})
-
-
-def _has_gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
 
 
 def _load_model(cfg: TrainConfig):

@@ -7,7 +7,7 @@ position, so the gradient is the one the three examples give, for one prefill in
 
 The loss is over the scale's values only, read exactly as serving reads a score-only judgment: the
 prompt, then `[RESULT]`'s tokens (the readout's suffix), then the exact log-probability of each value
-(multi-token values and their breakers included, train/distill.choice_logprobs). The example's own
+(multi-token values and their breakers included, train/readout.choice_logprobs). The example's own
 completion tokens are not trained: serving forces `[RESULT]` and reads the values there.
 
 The records' ids reach the loss through the collator (`SoftTargets.collate`, outermost, so the sample
@@ -24,8 +24,8 @@ import torch
 from judgeforge.config import ConfigError
 from judgeforge.train import ranking
 from judgeforge.train.data import score_distribution
-from judgeforge.train.distill import score_readout, value_logprobs
-from judgeforge.train.trainer import JudgeSFTTrainer
+from judgeforge.train.readout import score_readout, value_logprobs
+from judgeforge.train.trainer import ScoreLossTrainer
 
 log = logging.getLogger(__name__)
 
@@ -91,21 +91,15 @@ def soft_loss(model, soft: SoftTargets, ids: list[str], prompts: list[list[int]]
     return loss, {"expected_score_abs_error": float(torch.cat(errors).mean())}
 
 
-class SoftScoreTrainer(JudgeSFTTrainer):
+class SoftScoreTrainer(ScoreLossTrainer):
     """JudgeSFTTrainer whose training loss is the soft-target cross-entropy (module docstring)."""
+
+    metric_prefix, replaces_sft, batch_key = "soft", True, IDS_KEY
 
     def __init__(self, model, *args, soft: SoftTargets, **kwargs):
         self.soft = soft
         super().__init__(model, *args, **kwargs)
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        ids = inputs.pop(IDS_KEY, None)
-        if ids is None or not self.model.training:  # eval: TRL's SFT loss, comparable across runs
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+    def score_term(self, model, inputs, ids):
         prompts = [prompt_ids(row, lab) for row, lab in zip(inputs["input_ids"].tolist(), inputs["labels"].tolist())]
-        loss, metrics = soft_loss(model, self.soft, ids, prompts)
-        if self._loss_scaled_for_ga(num_items_in_batch):  # the Trainer will not divide a loss of our own
-            loss = loss / self.current_gradient_accumulation_steps
-        for name, value in metrics.items():
-            self._metrics["train"][f"soft_{name}"].append(value)
-        return (loss, None) if return_outputs else loss
+        return soft_loss(model, self.soft, ids, prompts)

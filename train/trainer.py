@@ -66,6 +66,44 @@ class JudgeSFTTrainer(SFTTrainer):
                     or self.compute_loss_func is not None)
 
 
+class ScoreLossTrainer(JudgeSFTTrainer):
+    """JudgeSFTTrainer with a training loss term of its own, read from the model's score (train/readout):
+    SFT + `term_weight` x term (distill), or the term alone (`replaces_sft`: soft targets). The eval
+    loss stays TRL's SFT loss, comparable across runs. A subclass gives `score_term` and may name a
+    `batch_key`: a collator's per-batch data for the term, taken out before TRL sees the batch (a
+    batch without it trains on the SFT loss alone)."""
+
+    metric_prefix = ""
+    replaces_sft = False
+    batch_key: str | None = None
+
+    @property
+    def term_weight(self) -> float:
+        return 1.0
+
+    def score_term(self, model, inputs, extra):
+        """This micro-step's term (a scalar tensor) and its metrics; `extra` is the batch's `batch_key`."""
+        raise NotImplementedError
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        extra = inputs.pop(self.batch_key, None) if self.batch_key else None
+        if not self.model.training or (self.batch_key and extra is None):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        sft = None if self.replaces_sft else super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        term, metrics = self.score_term(model, inputs, extra)
+        if self._loss_scaled_for_ga(num_items_in_batch):
+            # The SFT loss, when there is one, is already divided over the accumulation steps; the
+            # Trainer won't divide a term of our own.
+            term = term / self.current_gradient_accumulation_steps
+        for name, value in metrics.items():
+            self._metrics["train"][f"{self.metric_prefix}_{name}"].append(value)
+        if sft is None:
+            return (term, None) if return_outputs else term
+        loss, outputs = sft if return_outputs else (sft, None)
+        loss = loss + self.term_weight * term
+        return (loss, outputs) if return_outputs else loss
+
+
 @contextlib.contextmanager
 def compact_cpu_head():
     """While open, TRL's fused head scores only the labelled positions on CPU as well (see the module

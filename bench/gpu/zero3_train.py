@@ -104,7 +104,9 @@ def main(argv=None) -> int:
         return worker(*a.worker)
     import torch
 
-    if not torch.cuda.is_available():
+    from judgeforge.hardware import cuda_available
+
+    if not cuda_available():
         print("no CUDA GPU: this benchmark is for a GPU machine", file=sys.stderr)
         return 2
     from judgeforge.config import load_config, save_resolved

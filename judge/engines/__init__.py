@@ -81,6 +81,11 @@ def _import_class(path: str) -> EngineFactory:
 
 
 def build_engine(cfg) -> JudgeEngine:
-    """The engine named by `cfg.kind` (a ServeConfig's `engine` section is used)."""
+    """The engine named by `cfg.kind` (a ServeConfig's `engine` section is used); with `warm_start`,
+    a HandoffEngine that answers on `warm_start` until `kind` has started."""
     cfg = getattr(cfg, "engine", cfg)
+    if cfg.warm_start and cfg.warm_start != cfg.kind:
+        from judgeforge.judge.engines.handoff import HandoffEngine
+
+        return HandoffEngine(cfg)
     return engine_factory(cfg.kind)(cfg)

@@ -34,6 +34,7 @@ class TransformersEngine(JudgeEngine):
         import torch
         from transformers import AutoModelForCausalLM
 
+        from judgeforge import hardware as hw
         from judgeforge.judge.weights import resolve_model
 
         self.cfg = cfg
@@ -44,7 +45,7 @@ class TransformersEngine(JudgeEngine):
         self._adapters = check_adapters(cfg)
         path = resolve_model(cfg.model)
         self.model_name = cfg.model
-        self.device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = cfg.device if cfg.device != "auto" else ("cuda" if hw.cuda_available() else "cpu")
         dtype = getattr(torch, cfg.dtype) if cfg.dtype != "auto" else (
             torch.bfloat16 if self.device == "cuda" else torch.float32)
         self.tokenizer = load_tokenizer(path)

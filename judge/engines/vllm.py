@@ -60,7 +60,7 @@ def apply_cpu_environment(cfg):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gb))
     cpu = hw.cpu_info()
     if cfg.cpu_reserved_cores is not None or "VLLM_CPU_NUM_OF_RESERVED_CPU" not in os.environ:
-        os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(hw.reserved_cores(cfg.cpu_reserved_cores, cpu))
+        os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(hw.reserved_cores(cfg.cpu_reserved_cores))
     user_bind = os.environ.get(_BIND) if os.environ.get(_BIND) != os.environ.get(_MARK) else None
     if cfg.cpu_threads_bind is not None or user_bind is not None:
         bind, lease = cfg.cpu_threads_bind or user_bind, None

@@ -40,7 +40,9 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 
+from judgeforge.hardware import pid_alive, pid_start_time
 from judgeforge.judge.engines.shm import held_inodes, remove_unheld
 from judgeforge.logs import LOG_FORMAT
 
@@ -83,14 +85,19 @@ class Watchdog:
                 self.proc.wait()
 
 
-def running(p) -> bool:
-    """Running, and not a zombie: an orphan's zombie stays until PID 1 reaps it (some never do)."""
-    import psutil
+_started: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Each process's start when `running` was first asked about it (psutil.Process keys: pid and start)."""
 
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+
+def running(p) -> bool:
+    """Running, not a zombie (an orphan's zombie stays until PID 1 reaps it; some never are), and still
+    the process first asked about, not a later one given its pid (judgeforge.hardware.pid_alive)."""
+    start = _started.get(p)
+    if start is None:
+        start = pid_start_time(p.pid)
+        if start is not None:
+            _started[p] = start
+    return pid_alive(p.pid, start)
 
 
 def watch(parent: int):

@@ -26,6 +26,7 @@ def _count(state: AppState, out: dict) -> None:
     """The judge metrics of one answer, the same for grade and compare (samples, parse failures, nulls)."""
     metrics = state.metrics
     metrics.samples.inc(out.get("n_sampled", 0))
+    metrics.answers.labels(out.get("engine") or "none").inc()
     metrics.parse_failures.inc(sum(out.get("failures", {}).values()))
     if not out.get("n_valid"):  # no sample voted (a compare's tie has votes: not a null result)
         metrics.null_scores.inc()

@@ -30,6 +30,9 @@ async def health(state: State):
             "model": engine.model_name,
             "in_flight": admission.used, "max_in_flight": admission.limit,
             "engine_unfinished": engine.num_unfinished() if alive else None}
+    handoff = getattr(engine, "handoff", None)
+    if handoff is not None:  # answering on the warm-start engine while the configured one starts
+        body["handoff"] = handoff()
     store = state.grader.store_health()  # from the store's last operations: polling costs no I/O
     if store is not None:
         body["store"] = store

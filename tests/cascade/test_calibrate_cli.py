@@ -11,7 +11,7 @@ from judgeforge import cli
 from judgeforge.eval.calibration import agrees, calibrate
 from judgeforge.cascade.config import CalibrateConfig
 from judgeforge.eval.cascade_inputs import from_records
-from judgeforge.cascade.testing import synthetic_predictions
+from testing.records import synthetic_predictions
 from judgeforge.config import ConfigError, load_config
 from judgeforge.judge.prompts import Scale
 from judgeforge.io import write_jsonl

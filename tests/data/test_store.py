@@ -23,7 +23,7 @@ import pytest
 import judgeforge.data.store as store_mod
 from judgeforge.data.store import (SCHEMA_VERSION, JudgmentStore, LocalResult, Record, Request, StoreError,
                                       StoreVersionError, TeacherResult)
-from judgeforge.cascade.testing import corrupt_pages, fill_store
+from testing.records import corrupt_pages, fill_store
 from judgeforge.judge.prompts import Rubric, Scale
 from judgeforge.judge.items import CompareItem, GradeItem
 

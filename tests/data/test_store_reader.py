@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from judgeforge.data.store import JudgmentStore, LocalResult, Record, Request, TeacherResult
-from judgeforge.cascade.testing import corrupt_pages, fill_store
+from testing.records import corrupt_pages, fill_store
 from judgeforge.config import ConfigError
 from judgeforge.data.build import main
 

@@ -9,7 +9,7 @@ from judgeforge.config import load_config
 from judgeforge.eval import run as R
 from judgeforge.eval.config import EvalConfig
 from judgeforge.judge.engines import Sample
-from judgeforge.serve.testing import PromptEngine, shipped_tokenizer
+from testing.engines import PromptEngine, shipped_tokenizer
 
 
 class BiasedEngine(PromptEngine):

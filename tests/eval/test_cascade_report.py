@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from judgeforge.cascade.testing import synthetic_predictions
+from testing.records import synthetic_predictions
 from judgeforge.eval import run as R
 from judgeforge.eval.report import compute_metrics, render_markdown
 

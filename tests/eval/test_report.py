@@ -14,7 +14,7 @@ from judgeforge.eval import run as R
 from judgeforge.eval.config import EvalConfig
 from judgeforge.eval.report import render_markdown
 from judgeforge.judge.engines import JudgeEngine, Sample
-from judgeforge.serve.testing import shipped_tokenizer
+from testing.engines import shipped_tokenizer
 
 
 class FakeEngine(JudgeEngine):

@@ -16,7 +16,7 @@ from judgeforge.eval import metrics as M
 from judgeforge.eval import run as R
 from judgeforge.eval.config import EvalConfig, SetConfig
 from judgeforge.judge.engines import Sample
-from judgeforge.serve.testing import PromptEngine, shipped_tokenizer
+from testing.engines import PromptEngine, shipped_tokenizer
 
 score = st.one_of(st.none(), st.floats(1, 5, allow_nan=False))
 human = st.sampled_from(["a", "b", "tie"])

@@ -11,7 +11,7 @@ from scipy import stats
 from judgeforge.eval import whatif as W
 from judgeforge.eval.calibration import CalibrationError, agrees, calibrate
 from judgeforge.eval.cascade_inputs import CascadeInputs, from_records
-from judgeforge.cascade.testing import synthetic_predictions
+from testing.records import synthetic_predictions
 from judgeforge.judge.prompts import Scale
 
 SCALE = Scale.parse([1, 5])

@@ -203,7 +203,7 @@ def test_relative_vote_and_both_orders():
 
 def test_every_sample_record_is_judgeds_layout():
     """eval's unsampled records and the synthetic predictions are `Judged.to_record`, read back intact."""
-    from judgeforge.cascade.testing import synthetic_predictions
+    from testing.records import synthetic_predictions
     from judgeforge.eval.judges import _failed
 
     failed = _failed("prompt too long: 5000 tokens", 2)

@@ -9,13 +9,16 @@ Trailing overrides replace the defaults (e.g. a real teacher's base_url and thre
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import uvicorn
 
 from judgeforge.config import load_config
 from judgeforge.serve.app import create_app
 from judgeforge.serve.config import ServeConfig
-from judgeforge.serve.testing import ScriptedEngine
+
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # run as a script: the repo root, for testing/
+from testing.engines import ScriptedEngine  # noqa: E402
 
 
 def main(store: str, port: int, delay: float, *overrides: str) -> None:

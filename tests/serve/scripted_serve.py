@@ -4,17 +4,20 @@ logs) that need no model. Run as a subprocess (`ServerProcess(..., entry=SCRIPTE
 
     python scripted_serve.py [serve args]      # env JUDGEFORGE_SCRIPTED_DELAY: the engine's delay (s)
 
-It lives with the tests, not in serve/testing.py: it drives the CLI, the layer above serve.
+It lives with the tests that start it; the engine double comes from the repo's testing/ package.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from judgeforge import cli
 from judgeforge.judge import engines
-from judgeforge.serve.testing import ScriptedEngine
+
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # run as a script: the repo root, for testing/
+from testing.engines import ScriptedEngine  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -13,7 +13,7 @@ from judgeforge.config import load_config
 from judgeforge.serve.app import create_app
 from judgeforge.serve.config import ServeConfig
 
-from judgeforge.serve.testing import ScriptedEngine as FakeEngine
+from testing.engines import ScriptedEngine as FakeEngine
 
 KEY = "s3cret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -262,7 +262,7 @@ def test_client_disconnect_cancels_engine_work(monkeypatch):
 
     import uvicorn
 
-    from judgeforge.serve.testing import free_port
+    from judgeforge.serve.process import free_port
 
     monkeypatch.delenv("JUDGEFORGE_API_KEY", raising=False)
     app, engine = make(FakeEngine(delay=30.0))

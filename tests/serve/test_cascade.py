@@ -1,5 +1,5 @@
 """Cascade serving (Trust or Escalate) and the judgment store, on a ScriptedEngine as the local judge and a
-real local HTTP teacher replaying GPT-4's cached Prometheus judgments (serve/fake_teacher.py); one slow
+real local HTTP teacher replaying GPT-4's cached Prometheus judgments (testing/teacher.py); one slow
 test with a real `vllm serve` as the teacher."""
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from judgeforge.config import load_config
 from judgeforge.judge.parsing import parse_score
 from judgeforge.serve.app import create_app
 from judgeforge.serve.config import ServeConfig
-from judgeforge.serve.fake_teacher import FakeTeacher, prometheus_judgments
 from judgeforge.serve.schemas import GradeRequest
-from judgeforge.serve.testing import SCRIPTED_LOGPROBS, ScriptedEngine, free_port
+from judgeforge.serve.process import free_port
+from testing.engines import SCRIPTED_LOGPROBS, ScriptedEngine
+from testing.teacher import FakeTeacher, prometheus_judgments
 
 KEY = "s3cret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from judgeforge.serve import client
-from judgeforge.serve.testing import ScriptedEngine, free_port, scripted_server
+from judgeforge.serve.process import free_port
+from testing.engines import ScriptedEngine
+from testing.servers import scripted_server
 
 KEY = "client-test-key"
 BODY = {"instruction": "What is 2+2?", "response": "4", "rubric": "helpfulness", "n": 1}

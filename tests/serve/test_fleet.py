@@ -1,5 +1,6 @@
-"""`judgeforge grade --url A --url B ...` (serve/client.py over serve/fleet.py): lines spread over a fleet by
-least outstanding requests, a server that dies or answers 503 has its lines retried on the others.
+"""`judgeforge grade --url A --url B ...` (serve/client.py over serve/client_fleet.py): lines spread over
+a fleet by least outstanding requests, a server that dies or answers 503 has its lines retried on the
+others.
 
 The servers are real: uvicorn on 127.0.0.1 in threads over ScriptedEngines (`scripted_server`), and for
 the command as deployed, `judgeforge serve` processes over ScriptedEngines killed with SIGKILL mid-run.
@@ -22,8 +23,10 @@ from pathlib import Path
 import pytest
 
 from judgeforge.serve import client
-from judgeforge.serve.fleet import MAX_STRIKES, Fleet
-from judgeforge.serve.testing import ScriptedEngine, ServerProcess, free_port, scripted_server
+from judgeforge.serve.client_fleet import MAX_STRIKES, Fleet
+from judgeforge.serve.process import ServerProcess, free_port
+from testing.engines import ScriptedEngine
+from testing.servers import scripted_server
 
 KEY = "fleet-test-key"
 BODY = {"instruction": "What is 2+2?", "response": "4", "rubric": "helpfulness", "n": 1}

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from judgeforge.config import ConfigError, load_config
 from judgeforge.serve.app import create_app
 from judgeforge.serve.config import ServeConfig
-from judgeforge.serve.testing import SCRIPTED_LOGPROBS, ScriptedEngine
+from testing.engines import SCRIPTED_LOGPROBS, ScriptedEngine
 
 KEY = "hardening-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

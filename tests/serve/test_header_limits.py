@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from judgeforge.serve.testing import ServerProcess
+from judgeforge.serve.process import ServerProcess
 
 KEY = "header-limits-key"
 LIMIT = 16 * 1024

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from judgeforge.serve.testing import ServerProcess
+from judgeforge.serve.process import ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +85,8 @@ def test_server_refuses_adapter_from_another_template(repo, tmp_path, lora_adapt
 def test_vllm_serves_two_lora_adapters_per_request(repo, tmp_path, lora_adapters):
     srv = _server(repo, "configs/serve/default.yaml",
                   ["sampling.max_tokens=16", "engine.max_lora_rank=8", "engine.enforce_eager=true",
-                   "engine.model=default", *_adapter_overrides(lora_adapters)],  # the adapters' base
+                   "engine.model=default", "engine.warm_start=null",  # vLLM's adapters from the start
+                   *_adapter_overrides(lora_adapters)],  # the adapters' base
                   tmp_path)
     try:
         greedy = {**BODY, "n": 2, "temperature": 0, "include_samples": True}

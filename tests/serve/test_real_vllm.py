@@ -21,7 +21,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from judgeforge.serve.testing import ServerProcess
+from judgeforge.serve.process import ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +32,7 @@ BODY = {"instruction": "What is the capital of France?", "response": "Paris is t
 OVERRIDES = ["sampling.max_tokens=48", "sampling.max_n=8", "sampling.max_tokens_limit=512",
              "sampling.max_resample_rounds=1", "server.max_batch=4", "server.health_poll_s=0.5",
              "engine.max_num_seqs=64", "engine.enforce_eager=true",  # no compile: tests start faster
+             "engine.warm_start=null",  # vLLM from the first answer: its behaviour is under test here
              # The untrained base: it writes long feedback, which the disconnect test needs (the shipped
              # default-judge answers `[RESULT] n` at once); default-judge through vLLM: test_completion_engines.
              "engine.model=default"]

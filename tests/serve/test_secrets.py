@@ -1,6 +1,6 @@
 """Secrets never leave (issue 18, findings 2-3). A teacher key, the server's own key and a password are
 planted; a real `judgeforge serve` process (the CLI, its logging, its uvicorn) escalates every item to a
-real local HTTP teacher (serve/fake_teacher.py) switched to a 401 that echoes the Authorization header
+real local HTTP teacher (testing/teacher.py) switched to a 401 that echoes the Authorization header
 and to a 500 that echoes the request URL and headers. No answer and no log line may carry any of them,
 and a password in the teacher's URL is refused at start, in one line that does not show it."""
 
@@ -20,8 +20,9 @@ from judgeforge.config import ConfigError, load_config
 from judgeforge.judge.config import EngineConfig
 from judgeforge.serve.app import create_app
 from judgeforge.serve.config import ServeConfig
-from judgeforge.serve.fake_teacher import FakeTeacher
-from judgeforge.serve.testing import ScriptedEngine, ServerProcess
+from judgeforge.serve.process import ServerProcess
+from testing.engines import ScriptedEngine
+from testing.teacher import FakeTeacher
 
 TEACHER_KEY = "teacher-secret-7f3c9a1e55"
 SERVER_KEY = "server-secret-52d1b8c0"

@@ -18,12 +18,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from judgeforge.data.store import JudgmentStore, StoreError
-from judgeforge.cascade.testing import corrupt_pages, fill_store
 from judgeforge.config import load_config
 from judgeforge.serve.app import create_app
 from judgeforge.serve.config import ServeConfig
-from judgeforge.serve.fake_teacher import FakeTeacher
-from judgeforge.serve.testing import ScriptedEngine, free_port
+from judgeforge.serve.process import free_port
+from testing.engines import ScriptedEngine
+from testing.records import corrupt_pages, fill_store
+from testing.teacher import FakeTeacher
 
 SERVER = Path(__file__).with_name("cascade_server.py")
 CONFIGS = Path(__file__).parents[2] / "configs" / "serve"

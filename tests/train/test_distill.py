@@ -128,7 +128,7 @@ def test_readout_matches_the_completion_plan(tok, scale):
 
     from judgeforge.judge.completion import plan_completion
     from judgeforge.judge.engines.base import TokenizerView
-    from judgeforge.train.distill import choice_logprobs, score_readout
+    from judgeforge.train.readout import choice_logprobs, score_readout
 
     r = score_readout(tok, scale)
     values = [str(v) for v in range(scale[0], scale[1] + 1)]
@@ -150,7 +150,8 @@ def test_readout_matches_the_completion_plan(tok, scale):
 def test_torch_math_equals_the_reference(seed, sigma, t):
     import torch
 
-    from judgeforge.train.distill import choice_logprobs, ranknet_loss
+    from judgeforge.train.distill import ranknet_loss
+    from judgeforge.train.readout import choice_logprobs
 
     r = R.Readout(base=(7,), chain=(1,), values=(1, 2, 3), paths=((1,), (2,), (1, 4)), breakers=((3, 4), (), ()))
     g = torch.Generator().manual_seed(seed)
@@ -190,7 +191,8 @@ def test_one_pass_read_equals_the_serving_engine(tiny_llama, pair_build, tmp_pat
     from judgeforge.judge.config import EngineConfig
     from judgeforge.judge.engines import SampleRequest, build_engine
     from judgeforge.judge.items import GradeItem
-    from judgeforge.train.distill import expected_scores, prepare_pairs
+    from judgeforge.train.distill import prepare_pairs
+    from judgeforge.train.readout import expected_scores
 
     tok = AutoTokenizer.from_pretrained(tiny_llama)
     cfg = distill_config(tiny_llama, pair_build, tmp_path / "run")

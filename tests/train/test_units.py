@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from judgeforge import hardware as hw
 from judgeforge.config import ConfigError, load_config
 from judgeforge.data.schema import Judgment
 from judgeforge.judge.prompts import Rubric
@@ -214,7 +215,7 @@ def test_num_gpus_wraps_accelerate_launch(tmp_path, monkeypatch):
     monkeypatch.setattr(distributed.subprocess, "run",
                         lambda cmd, env: calls.append((cmd, env)) or type("R", (), {"returncode": 0}))
     monkeypatch.delenv("LOCAL_RANK", raising=False)
-    monkeypatch.setattr(run, "_has_gpu", lambda: True)  # the recipe's ZeRO-3 launch is for GPUs
+    monkeypatch.setattr(hw, "accelerator", lambda: "cuda")  # the recipe's ZeRO-3 launch is for GPUs
     argv = ["--config", str(REPO / "configs/train/prometheus-bgb-8x7b.yaml"), "--num-gpus", "4", "seed=1"]
     assert run.main(argv) == 0
     cmd, _ = calls[0]
@@ -239,15 +240,14 @@ def test_wandb_offline_without_a_key_and_off_when_disabled(tmp_path, monkeypatch
     assert args.completion_only_loss is True and args.max_length is None  # judgeforge drops, never truncates
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (1, 8)
     bf16 = run.sft_args(cfg.model_copy(update={"precision": "bf16"}), tmp_path, has_eval=False)
-    assert bf16.bf16 and bf16.use_cpu == (not run._has_gpu())  # bf16 on a CPU = autocast
+    assert bf16.bf16 and bf16.use_cpu == (hw.accelerator() is None)  # bf16 on a CPU = autocast
 
 
 def test_precision_auto_resolves_by_the_cpu(monkeypatch):
-    from judgeforge import hardware as hw
     from judgeforge.train import run
 
     default = load_config(TrainConfig, REPO / "configs/train/default.yaml")
-    monkeypatch.setattr(run, "_has_gpu", lambda: False)
+    monkeypatch.setattr(hw, "accelerator", lambda: None)
     for flags, want in ((frozenset({"avx2"}), "fp32"), (frozenset({"avx2", "avx512_bf16"}), "bf16")):
         monkeypatch.setattr(hw, "cpu_info", lambda f=flags: hw.CPUInfo("x86_64", "test CPU", f, (0, 1)))
         assert run.resolve_precision(default).precision == want

@@ -1,6 +1,7 @@
 """Which server of a fleet grades the next line (`judgeforge grade --url A --url B ...`).
 
-Pure bookkeeping, no I/O: serve/client.py sends the requests and tells the fleet how each went.
+Client-side, beside serve/client.py (the `judgeforge grade` client), which sends the requests and tells
+the fleet how each went; this is pure bookkeeping, no I/O.
 
 - A line goes to the server in rotation with the fewest requests in flight, among those it has not
   already failed on; ties go round-robin, so equal servers alternate and a slow one takes fewer lines.

@@ -87,7 +87,7 @@ class FakeTeacher:
     def start(self) -> "FakeTeacher":
         import uvicorn
 
-        from judgeforge.serve.testing import free_port
+        from judgeforge.serve.process import free_port
 
         port = free_port()
         config = uvicorn.Config(self.app(), host="127.0.0.1", port=port, log_level="warning",

@@ -1,0 +1,31 @@
+"""A small random LoRA adapter on a local base model (for tests and the LoRA benchmark)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def make_lora_adapter(base_dir: str | Path, out_dir: str | Path, r: int = 8, seed: int = 0,
+                      template_version: str | None = None) -> Path:
+    """A small random-initialised PEFT LoRA adapter on q/v (for tests and the LoRA benchmark),
+    with the `judgeforge.json` a `judgeforge train` run writes."""
+    import json
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from judgeforge.judge.adapters import META_FILE, new_meta
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+    cfg = LoraConfig(r=r, lora_alpha=2 * r, target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
+                     init_lora_weights=False)  # random B: the adapter visibly changes outputs
+    peft_model = get_peft_model(model, cfg)
+    out = Path(out_dir)
+    peft_model.save_pretrained(out)
+    meta = new_meta(base_model=str(base_dir))
+    if template_version:
+        meta["template_version"] = template_version
+    (out / META_FILE).write_text(json.dumps(meta))
+    return out

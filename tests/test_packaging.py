@@ -1,0 +1,62 @@
+"""The wheel ships the package and none of the test doubles (the repo's testing/ package: not in
+pyproject's `packages`). That no module of the package imports them is tests/test_layers.py's."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOUBLES = REPO / "testing"
+# Top-level entries of a checkout that a build does not read (VCS, virtualenv, run outputs, caches).
+NOT_SOURCES = {"runs", "build", "site", "wandb", "dist"}
+
+
+def _ignored(folder: str, names: list[str]) -> set[str]:
+    top = Path(folder) == REPO
+    return {n for n in names if n == "__pycache__" or n.endswith(".egg-info")
+            or (top and (n.startswith(".") or n in NOT_SOURCES))}
+
+
+def _public_defs(source: str) -> set[str]:
+    """The public classes and functions a module defines at its top level."""
+    return {n.name for n in ast.parse(source).body if isinstance(n, (ast.ClassDef, ast.FunctionDef))
+            and not n.name.startswith("_")}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> zipfile.ZipFile:
+    """The wheel built from a copy of this checkout (testing/ included), as `pip wheel --no-deps
+    --no-build-isolation .` builds it: setuptools' own backend, nothing downloaded."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src, out = tmp / "src", tmp / "dist"
+    shutil.copytree(REPO, src, ignore=_ignored)  # a copy: a build writes build/ and egg-info in place
+    out.mkdir()
+    assert (src / "testing" / "engines.py").exists()
+    code = "import sys; from setuptools import build_meta; build_meta.build_wheel(sys.argv[1])"
+    subprocess.run([sys.executable, "-c", code, str(out)], cwd=src, check=True, capture_output=True,
+                   timeout=600)
+    (path,) = out.glob("judgeforge-*.whl")
+    with zipfile.ZipFile(path) as zf:
+        yield zf
+
+
+def test_the_wheel_ships_no_test_double(wheel):
+    files = wheel.namelist()
+    assert {"judgeforge/serve/app.py", "judgeforge/serve/process.py", "judgeforge/serve/client_fleet.py",
+            "judgeforge/default_judge/adapter_config.json"} <= set(files)
+    tops = {f.split("/")[0] for f in files} - {"judgeforge"}
+    assert len(tops) == 1 and tops.pop().endswith(".dist-info")  # the package and its metadata only
+    test_only = {"testing", "tests", "fake_teacher"}
+    assert not [f for f in files if test_only & set(Path(f).with_suffix("").parts)]
+    # Nor under another name: no shipped module defines what a double module defines.
+    doubles = set().union(*(_public_defs(p.read_text()) for p in DOUBLES.glob("*.py")))
+    assert {"ScriptedEngine", "FakeTeacher", "make_lora_adapter", "VLLMServe"} <= doubles
+    shipped = {f: _public_defs(wheel.read(f).decode()) & doubles for f in files if f.endswith(".py")}
+    assert {f: names for f, names in shipped.items() if names} == {}
