@@ -13,7 +13,7 @@ DEMO_DIR := runs/demo
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: all venv model test test-fast demo bench clean
+.PHONY: all venv model browser test test-fast demo bench clean
 
 all: test
 
@@ -33,7 +33,14 @@ venv: $(STAMP)
 model: venv
 	$(JF) model prepare
 
-test: model
+# Headless Chromium for the report.html browser test (tests/eval/test_report_html.py); without root or
+# apt that test skips and says why.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) || \
+	  echo "chromium not installed: the report.html browser test will skip"
+
+test: model browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: venv

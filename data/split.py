@@ -49,10 +49,15 @@ def apply_policy(records: list[Judgment], policy: str) -> tuple[list[Judgment], 
     return [j for j in records if id(j) in keep], [j for j in records if id(j) not in keep]
 
 
+def seeded_rank(key: str, seed: int) -> int:
+    """A key's seeded 64-bit hash: its place in a seeded order that depends on no other key."""
+    digest = hashlib.sha256(f"{seed}\x00{key}".encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
 def seeded_fraction(key: str, seed: int, fraction: float) -> bool:
     """Stable membership in a seeded fraction, independent of order and of the other keys."""
-    digest = hashlib.sha256(f"{seed}\x00{key}".encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") < fraction * 2**64
+    return seeded_rank(key, seed) < fraction * 2**64
 
 
 def choose_test_models(models: list[str], explicit: list[str], fraction: float, seed: int) -> list[str]:

@@ -42,15 +42,16 @@ def _round(x: float) -> int:
 
 def from_records(recs: Iterable[dict], scale: Scale, *, k: int | None = None,
                  confidence: Confidence = "vote_prob") -> CascadeInputs:
-    """Units with a reference, in the given order. `k`: vote over the first k samples (None: all).
+    """Units with a reference and a sampled pass (not `sampled: false`: eval's `sampled_items` left
+    them out, with no samples to vote), in the given order. `k`: vote over the first k samples (None: all).
     `confidence`: "vote_prob" = the judge's probability of the voted score (Grade.confidence, from
     the completed distributions); "agreement" = the share of samples voting for it."""
     if confidence not in CONFIDENCES:
         raise ValueError(f"confidence must be one of {CONFIDENCES}, got {confidence!r}")
     out = CascadeInputs()
     for r in recs:
-        if r.get("ref") is None:
-            continue  # nothing to escalate to
+        if r.get("ref") is None or r.get("sampled") is False:
+            continue  # nothing to escalate to, or no local vote to calibrate
         g = vote_scores([Judged.from_record(s) for s in r["samples"][:k]], scale)
         first = (r.get("ref_samples") or [r["ref"]])[0]
         out.item_ids.append(str(r.get("item_id")))

@@ -44,6 +44,14 @@ class SetConfig(Config):
     human (pairwise agreement). Default: heldout -> mimic, pairwise kinds -> human, others -> forgetting."""
     max_items: int | None = None
     """Seeded subset size (items; pairs for pairwise sets). None: all."""
+    sampled_items: int | None = Field(None, ge=1)
+    """Units of this set that also get the sampled pass (feedback, N samples): a fixed seeded subset
+    of this many (pairs count as one unit: both sides of a pair are in or out together); the others
+    are read score-only only, so the N=k and E[score] rows are over the subset and score-only E[score]
+    over every unit. None: every unit. Needs `sampling.score_only: true`; ignored with `sampling.sampled:
+    false` (no sampled pass to subset). Pairs graded in relative mode have no score-only read: they are
+    always sampled. The subset: the units ranked first by a seeded hash of their item id
+    (eval.judges.sampled_ids), so it follows the items loaded, not their order."""
     response_models: list[str] = []
     """Keep only these response models (absolute sets)."""
     build_config: str | None = None
@@ -267,6 +275,10 @@ class EvalConfig(Config):
             raise ValueError("sampling.sampled: false reads score-only only: it needs sampling.score_only: "
                              f"true and n_values: [1] (got score_only={self.sampling.score_only}, "
                              f"n_values={self.n_values})")
+        subset = [s.name for s in self.sets if s.sampled_items is not None]
+        if subset and not self.sampling.score_only:
+            raise ValueError(f"sets {subset}: sampled_items reads the other units score-only only: it needs "
+                             "sampling.score_only: true")
         if self.baseline is not None and self.baseline not in [j.name for j in self.judges]:
             raise ValueError(f"baseline {self.baseline!r} is not a judge name")
         unknown = sorted(set(self.probes.sets or []) - {s.name for s in self.sets})

@@ -25,7 +25,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 WIDE_PX = 700
 """A plot at least this wide (the cascade what-if's two panels) gets a whole row to stay readable."""
 
-_CI = re.compile(r"\[(?:-?\d+(?:\.\d+)?|n/a), (?:-?\d+(?:\.\d+)?|n/a)\]")
+MIN_TOC = 3
+"""Sections a page needs for a table of contents (a comparison has one table and its plots)."""
+_CI = re.compile(r"(?<=\d )\[(?:-?\d+(?:\.\d+)?|n/a), (?:-?\d+(?:\.\d+)?|n/a)\]")
 _NUMERIC = re.compile(r"^(?:-?\d|n/a$)")
 _SEPARATOR = re.compile(r"^\|(?:\s*:?-+:?\s*\|)+$")
 _HEADING = re.compile(r"^(#{1,4}) (.*)$")
@@ -45,7 +47,7 @@ def _cell(tag: str, text: str) -> str:
     body = _inline(text)
     if tag == "th":
         return f"<th>{body}</th>"
-    # the interval set apart from its value, so a column of "value [lo, hi]" reads down the values
+    # an interval set apart from its value, so a column of "value [lo, hi]" reads down the values
     body = _CI.sub(lambda m: f'<span class="ci">{m.group(0)}</span>', body)
     return f'<td class="num">{body}</td>' if _NUMERIC.match(text) else f"<td>{body}</td>"
 
@@ -65,7 +67,9 @@ def _kind(line: str) -> str:
         return "heading"
     if s.startswith("|"):
         return "table"
-    return "item" if line.startswith("- ") else "text"
+    if line.startswith("- "):
+        return "item"
+    return "indented" if line.startswith("  ") else "text"  # indented: a note under the item above
 
 
 @dataclass
@@ -103,12 +107,13 @@ class Page:
                 self.add(_table(lines))
             elif kind == "item":
                 self.add("<ul>" + "".join(f"<li>{_inline(ln[2:])}</li>" for ln in lines) + "</ul>")
-            elif kind == "text":
-                self.add(f"<p>{_inline(' '.join(ln.strip() for ln in lines))}</p>")
+            elif kind != "blank":
+                cls = ' class="indent"' if kind == "indented" else ""
+                self.add(f"<p{cls}>{_inline(' '.join(ln.strip() for ln in lines))}</p>")
 
     def html(self) -> str:
         toc = "".join(f'<li><a href="#{hid}">{_inline(text)}</a></li>' for hid, text in self.toc)
-        nav = f'<nav class="toc"><h2>Contents</h2><ol>{toc}</ol></nav>' if toc else ""
+        nav = f'<nav class="toc"><h2>Contents</h2><ol>{toc}</ol></nav>' if len(self.toc) >= MIN_TOC else ""
         return _PAGE.substitute(title=escape(self.title or "judgeforge report"), css=_CSS,
                                 body="\n".join(self.head + [nav] + self.body))
 
@@ -143,7 +148,8 @@ def _figure(label: str, fig: Figure) -> str:
     data, w, h = found
     uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
     alt = escape(f"{label}: {fig.caption}" if fig.caption else label)
-    return (f'<figure{' class="wide"' if w >= WIDE_PX else ""}><img src="{uri}" width="{w}" height="{h}" '
+    wide = ' class="wide"' if w >= WIDE_PX else ""
+    return (f'<figure{wide}><img src="{uri}" width="{w}" height="{h}" '
             f'alt="{alt}" title="{escape(fig.path.name)}">'
             + (f"<figcaption>{_inline(fig.caption)}</figcaption>" if fig.caption else "") + "</figure>")
 
@@ -208,7 +214,8 @@ def compare_plots(dir_a: str | Path, dir_b: str | Path, rows: list[dict]) -> lis
     sections = []
     for name, ja, jb in dict.fromkeys((r["set"], r["judge_a"], r["judge_b"]) for r in rows):
         a_b = lambda file_a, file_b: [Figure(f"A: {ja}", pa / file_a), Figure(f"B: {jb}", pb / file_b)]
-        out: list[Row] = [(f"{kind}, {_label(v)}", a_b(plot_name(kind, ja, name, v), plot_name(kind, jb, name, v)))
+        out: list[Row] = [(f"{kind}, {_label(v)}",
+                           a_b(plot_name(kind, ja, name, v), plot_name(kind, jb, name, v)))
                           for v in variants for kind in ("scatter", "confusion")]
         out += [(label, a_b(plot_name(kind, name), plot_name(kind, name))) for kind, label in _SET_PLOTS]
         sections.append((f"`{name}`: {ja} (A) vs {jb} (B)", out))
@@ -256,6 +263,7 @@ h3 { font-size: 1.1em; margin: 1.6em 0 .5em; }
 h4 { font-size: .95em; margin: 1em 0 .4em; color: var(--muted); font-weight: 600; }
 p, li { max-width: 80em; }
 ul { padding-left: 1.4em; }
+p.indent { margin-left: 1.4em; color: var(--muted); }
 code { font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: var(--alt);
   padding: .1em .35em; border-radius: 4px; overflow-wrap: anywhere; }
 a { color: var(--accent); text-decoration: none; }
@@ -280,5 +288,6 @@ figure { margin: 0; padding: 8px; border: 1px solid var(--line); border-radius: 
 figure.wide { grid-column: 1 / -1; }
 figure img { display: block; max-width: 100%; height: auto; margin: 0 auto; }
 figcaption { margin-top: 4px; text-align: center; font-size: 12px; color: var(--muted); }
-footer { margin-top: 3em; padding-top: 1em; border-top: 1px solid var(--line); font-size: 12px; color: var(--muted); }
+footer { margin-top: 3em; padding-top: 1em; border-top: 1px solid var(--line); font-size: 12px;
+  color: var(--muted); }
 """

@@ -5,7 +5,9 @@ absolutely), or a pair in relative mode. Each unit is ONE engine request with n 
 is prefilled once); the self-consistency ablation later votes over the first k samples. Every sample
 carries its completed distribution, so each one votes; nothing is re-sampled here. With
 `score_only`, every absolute unit is also read straight after the prompt and `[RESULT] ` (no
-feedback): the same engine, a prefill of a prefix-cached prompt.
+feedback): the same engine, a prefill of a prefix-cached prompt. A set's `sampled_items`
+(eval.config.SetConfig) keeps the sampled pass to a seeded subset of its units (`mark_unsampled`):
+the others are read score-only only and recorded with `samples: []` and `sampled: false`.
 
 Bias probes (eval.probes) are more units of the same kinds, tagged `probe`: a relative pair with A
 and B exchanged ('swap') and an absolute item whose response ends with the injection line
@@ -21,7 +23,9 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterable
 
+from judgeforge.data.split import seeded_rank
 from judgeforge.eval.config import ProbesConfig
 from judgeforge.eval.probes import inject
 from judgeforge.eval.sets import AbsItem, EvalSet, PairItem
@@ -77,6 +81,39 @@ def build_units(sets: list[EvalSet], modes: dict[str, list[str]], probes: Probes
                     units.append(Unit(s.name, PROBE, "pair", it.id, sw, {"human": sw.human, "ref": None,
                                                                          "category": it.category}, probe="swap"))
     return units
+
+
+SUBSET_SALT = "sampled\x00"
+"""Prefixed to an item id before its seeded hash: tie_margin's calibration share hashes the bare ids
+with the same seed (eval.metrics), and the sampled subset must not coincide with it."""
+
+
+def sampled_ids(ids: Iterable[str], k: int | None, seed: int) -> set[str]:
+    """The k distinct ids ranked first by a seeded hash of each (all of them when k is None or
+    larger). An id's rank depends on no other id nor on the order, so the subset is a function of
+    the set of ids: an id chosen stays chosen when others are dropped (a smaller `max_items`)."""
+    ranked = sorted(set(ids), key=lambda i: (seeded_rank(SUBSET_SALT + i, seed), i))
+    return set(ranked if k is None else ranked[:k])
+
+
+def is_sampled(u: Unit) -> bool:
+    return u.record.get("sampled") is not False
+
+
+def mark_unsampled(units: list[Unit], sampled_items: dict[str, int | None], seed: int) -> None:
+    """Leave each set's units outside its seeded subset of `sampled_items` item ids out of the sampled
+    pass (record `sampled: false`). Absolute-graded units only, grouped by item id: both sides of a pair
+    and an item's injection probe go with their item. Relative units have no score-only read to fall
+    back on: always sampled."""
+    by_set: dict[str, list[Unit]] = {}
+    for u in units:
+        if isinstance(u.item, GradeItem) and sampled_items.get(u.set) is not None:
+            by_set.setdefault(u.set, []).append(u)
+    for name, us in by_set.items():
+        keep = sampled_ids((u.item_id for u in us), sampled_items[name], seed)
+        for u in us:
+            if u.item_id not in keep:
+                u.record["sampled"] = False
 
 
 def _injection_unit(set_name: str, it: AbsItem, text: str) -> Unit:
@@ -153,8 +190,9 @@ def grade_units(engine, units: list[Unit], *, n: int, sampling) -> tuple[list[di
     Batch by batch (batches that fit the engine's KV cache, `Judge.batches`): the sampled pass,
     then, with `score_only`, the score-only read of the same batch's absolute units on their
     prepared requests, while their prompts are still in the prefix cache, so each prompt is
-    prefilled once whatever the set's size. With `sampled: false` the score-only read is the only
-    pass (one prefill per unit) and stands for the unit's sample."""
+    prefilled once whatever the set's size. Units marked out of the sampled pass (`mark_unsampled`)
+    get only the score-only read. With `sampled: false` the score-only read is the only pass (one
+    prefill per unit) and stands for the unit's sample."""
     from judgeforge.judge.judge import Judge
     from judgeforge.progress import progress
 
@@ -165,7 +203,9 @@ def grade_units(engine, units: list[Unit], *, n: int, sampling) -> tuple[list[di
     with progress(total=len(ok), desc="grading", unit="prompt") as bar:
         for absolute in (True, False):  # probe units go with the main units they are graded like
             idx = [k for k, i in enumerate(ok) if isinstance(units[i].item, GradeItem) == absolute]
-            for b in judge.batches([reqs[k] for k in idx]):  # a comparison: one request per order
+            # a comparison: one request per order; a unit read score-only only holds that read's KV
+            plan = [reqs[k] if is_sampled(units[ok[k]]) else [_score_only_request(r) for r in reqs[k]] for k in idx]
+            for b in judge.batches(plan):
                 batch = [idx[j] for j in b]
                 _grade_batch(judge, units, ok, reqs, batch, absolute, sampling, records)
                 bar.update(len(batch))
@@ -181,9 +221,16 @@ def grade_units(engine, units: list[Unit], *, n: int, sampling) -> tuple[list[di
 
 def _grade_batch(judge, units, ok, reqs, batch: list[int], absolute: bool, sampling, records) -> None:
     items, rq = [units[ok[k]].item for k in batch], [reqs[k] for k in batch]
-    done = judge.grade(items, [r[0] for r in rq]) if absolute else judge.compare(items, rq)
-    for k, res in zip(batch, done):
-        records[ok[k]] = {"samples": [j.to_record() for j in res.judged]}
+    # with `sampled: false` the one pass is score-only and stands for every unit's sample
+    on = [j for j, k in enumerate(batch) if not (absolute and sampling.sampled) or is_sampled(units[ok[k]])]
+    if absolute:
+        done = judge.grade([items[j] for j in on], [rq[j][0] for j in on]) if on else []
+    else:
+        done = judge.compare(items, rq)
+    for k in batch:
+        records[ok[k]] = {"samples": []}
+    for j, res in zip(on, done):
+        records[ok[batch[j]]] = {"samples": [s.to_record() for s in res.judged]}
     if not (absolute and sampling.score_only):
         return
     grades = done if not sampling.sampled else judge.grade(items, [_score_only_request(r[0]) for r in rq])
@@ -266,7 +313,7 @@ def _grade_on_ray(ecfg, units: list[Unit], *, n: int, sampling, runtime, journal
     records = [results[k] for k in keys]
 
     def drawn(recs):  # a prompt too long to grade has samples that record only why
-        return [r for r in recs if any(s.get("finish_reason") for s in r["samples"])]
+        return [r for r in recs if r.get("sampled") is False or any(s.get("finish_reason") for s in r["samples"])]
 
     fresh = sum(len(r["samples"]) for r in drawn([results[k] for k in keys if k not in earlier]))
     return records, {"prompts": len(drawn(records)), "samples": sum(len(r["samples"]) for r in drawn(records)),

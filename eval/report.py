@@ -11,7 +11,9 @@ for one side of a pair, or 'pair' in relative mode), `category`, `response_model
 `ref` (reference score), `ref_samples`, `human` ('a'/'b'/'tie' for pairs), `length`
 (response tokens), `samples` (max N in draw order, each `judge.scores.Judged.to_record()`: the
 written score|verdict or the reason none was written, `probs` the completed distribution, text) and,
-with score-only on, `score_only_probs`.
+with score-only on, `score_only_probs`. A unit left out of the sampled pass (its set's `sampled_items`)
+has `samples: []` and `sampled: false`: the sampled variants leave it out (`for_variant`), score-only
+counts it.
 
 Bias-probe units (eval.probes, eval.judges) are recorded with `mode: 'probe'` and `probe`: 'swap' (a
 relative pair with A and B exchanged, `unit: 'pair'`, verdicts and `human` in the swapped prompt's labels)
@@ -42,6 +44,23 @@ from judgeforge.eval.metrics_file import (EXPECTED, PROB_VARIANTS, SCORE_ONLY, M
 
 def judged(rec: dict, k: int | None = None) -> list[Judged]:
     return [Judged.from_record(s) for s in rec["samples"][:k]]
+
+
+def in_variant(rec: dict, variant: str) -> bool:
+    """Whether a variant reads this unit: score-only reads every unit; the sampled variants only the
+    units that had the sampled pass (eval.config.SetConfig.sampled_items), so a unit left out of it
+    is neither scored nor counted as "no score"."""
+    return variant == SCORE_ONLY or was_sampled(rec)
+
+
+def was_sampled(rec: dict) -> bool:
+    """False for a unit its set's `sampled_items` left out of the sampled pass (eval.judges.mark_unsampled)."""
+    return rec.get("sampled") is not False
+
+
+def for_variant(recs: Iterable[dict] | None, variant: str) -> list[dict]:
+    """The units a variant is computed over (`in_variant`), in their order."""
+    return [r for r in recs or [] if in_variant(r, variant)]
 
 
 def unit_score(rec: dict, variant: str, scale: Scale) -> float | None:
@@ -116,13 +135,19 @@ def _probe_results(probe_recs: list[dict], by: dict, judges: list[str], sets: li
                                                          [unit_choice(kinds["swap"][i], v) for i in ids], **boot)
                                for v in votes}
             if "injection" in kinds:
-                main, ids = _matched(modes.get("absolute"), kinds["injection"])
-                sc = scale_of[s["name"]]
-                res["injection"] = {v: P.score_shift([unit_score(main[i], v, sc) for i in ids],
-                                                     [unit_score(kinds["injection"][i], v, sc) for i in ids],
-                                                     **boot) for v in variants}
+                res["injection"] = {v: _injection_shift(modes.get("absolute"), kinds["injection"], v,
+                                                        scale_of[s["name"]], boot) for v in variants}
             out.setdefault(judge, {})[s["name"]] = res
     return out
+
+
+def _injection_shift(main_recs: list[dict] | None, probe_by_id: dict, v: str, scale: Scale, boot: dict) -> dict:
+    """The injection probe under variant v, on the items v reads on both sides (a probe unit is in
+    its item's sampled subset or out with it: eval.judges.mark_unsampled)."""
+    probed = {i: r for i, r in probe_by_id.items() if in_variant(r, v)}
+    main, ids = _matched(for_variant(main_recs, v), probed)
+    return P.score_shift([unit_score(main[i], v, scale) for i in ids],
+                         [unit_score(probed[i], v, scale) for i in ids], **boot)
 
 
 def _matched(main_recs: list[dict] | None, probe_by_id: dict) -> tuple[dict, list[str]]:
@@ -134,13 +159,13 @@ def _matched(main_recs: list[dict] | None, probe_by_id: dict) -> tuple[dict, lis
 def _absolute_set(recs: list[dict], variants: list[str], scale: Scale, set_info: dict, boot: dict) -> dict:
     """Variant -> metrics. With response lengths: `length_bias` (judge only), `vs_length` (Pearson minus
     length alone's) and `length` (eval.length.absolute_length: judge's and reference's r with length,
-    their paired difference, Pearson with the reference controlling for length)."""
-    ref = [r["ref"] for r in recs]
-    cats = [r.get("category") for r in recs]
-    lengths = [r.get("length") for r in recs]
+    their paired difference, Pearson with the reference controlling for length). Each variant over
+    the units it reads (`for_variant`)."""
     out = {}
     for v in variants:
-        scores = [unit_score(r, v, scale) for r in recs]
+        rs = for_variant(recs, v)
+        ref, cats, lengths = [r["ref"] for r in rs], [r.get("category") for r in rs], [r.get("length") for r in rs]
+        scores = [unit_score(r, v, scale) for r in rs]
         rep = M.score_report(scores, ref, categories=cats, **boot)
         rep["confusion"] = M.confusion(scores, ref, scale.values)
         if all(n is not None for n in lengths):
@@ -149,7 +174,7 @@ def _absolute_set(recs: list[dict], variants: list[str], scale: Scale, set_info:
             rep["vs_length"] = M.paired_difference(lengths, scores, ref, **boot)
             rep["length"] = LB.absolute_length(scores, ref, lengths, **boot)  # beside the reference's own
         if set_info.get("external_ranking"):
-            rep["ranking"] = M.ranking(scores, [r.get("response_model") or "?" for r in recs],
+            rep["ranking"] = M.ranking(scores, [r.get("response_model") or "?" for r in rs],
                                        set_info["external_ranking"])
         out[v] = rep
     return out
@@ -183,8 +208,8 @@ def _pairwise_set(modes: dict, variants: list[str], scale: Scale, boot: dict, ti
     lengths = _pair_lengths(modes)
     if modes.get("absolute"):
         out["absolute"] = {}
-        for v in variants:
-            ids, sa, sb, human, cats = absolute_sides(modes["absolute"], v, scale)
+        for v in variants:  # both sides of a pair are in a variant's units or out together
+            ids, sa, sb, human, cats = absolute_sides(for_variant(modes["absolute"], v), v, scale)
             choices = M.outcomes(sa, sb)
             rep = M.pairwise_agreement(choices, human, **boot)
             rep["per_category"] = _pairwise_by_category(choices, human, cats, boot)
@@ -196,7 +221,7 @@ def _pairwise_set(modes: dict, variants: list[str], scale: Scale, boot: dict, ti
         recs = modes["relative"]
         ids, human = [r["item_id"] for r in recs], [r["human"] for r in recs]
         out["relative"] = {}
-        for v in (x for x in variants if x not in PROB_VARIANTS):
+        for v in (x for x in variants if x not in PROB_VARIANTS):  # relative units: always sampled
             choices = [unit_choice(r, v) for r in recs]
             out["relative"][v] = M.pairwise_agreement(choices, human, **boot)
             _add_pair_length(out["relative"][v], ids, choices, human, lengths, boot)
@@ -249,8 +274,9 @@ def _aligned(ra: list[dict], rb: list[dict]) -> tuple[list[dict], list[dict]]:
 
 def paired_on_set(kind: str, ra: list[dict], rb: list[dict], variant: str, scale: Scale, boot: dict) -> dict:
     """B minus A on the absolute-mode units both judges graded, paired bootstrap over items: the Pearson
-    difference (absolute sets) or the pairwise-accuracy difference (pairwise sets, both sides graded)."""
-    ra, rb = _aligned(ra, rb)
+    difference (absolute sets) or the pairwise-accuracy difference (pairwise sets, both sides graded).
+    Only the units `variant` reads in both (`for_variant`)."""
+    ra, rb = _aligned(for_variant(ra, variant), for_variant(rb, variant))
     if kind == "absolute":
         return M.paired_difference([unit_score(r, variant, scale) for r in ra],
                                    [unit_score(r, variant, scale) for r in rb], [r["ref"] for r in ra], **boot)
@@ -276,12 +302,13 @@ def _comparisons(preds_by: dict, judges: list[str], baseline: str, sets: list[di
 
 def _cascade(by: dict, sets: list[dict], judges: list[str], n_max: int, scale_of: dict, params: dict) -> dict:
     """Offline cascade what-if (judgeforge.eval.whatif) for every judge on every mimic set: the
-    local vote over all N samples, its confidence, GPT-4's first cached judgment as the teacher."""
+    local vote over all N samples, its confidence, GPT-4's first cached judgment as the teacher: on
+    the units with the sampled pass (the confidence is the samples')."""
     out: dict = {}
     for s in _sets_of({"sets": sets}, kind="absolute", role="mimic"):
         for judge in judges:
-            recs = by.get((judge, s["name"]), {}).get("absolute")
-            inp = from_records(recs or [], scale_of[s["name"]], k=n_max)
+            recs = for_variant(by.get((judge, s["name"]), {}).get("absolute"), f"n{n_max}")
+            inp = from_records(recs, scale_of[s["name"]], k=n_max)
             if len(inp):
                 out.setdefault(judge, {})[s["name"]] = W.simulate(inp, **params)
     return out
@@ -326,13 +353,24 @@ def compute_metrics(preds: list[dict], *, sets: list[dict], judges: list[str], b
                  "variants": variants, "bootstrap": {"n_resamples": n_boot, "level": level, "seed": seed},
                  "cascade": cascade},
         "sets": sets, "skipped": skipped or [], "reference": reference, "results": results,
-        "samples": samples,
+        "samples": samples, "sampled_units": sampled_units(by, sets),
         "comparisons": _comparisons(by, judges, baseline, sets, variants, scale_of, boot),
         "cascade": _cascade(by, sets, judges, max(n_values), scale_of, cascade),
         "published": published_figures(sets),
         "probes": _probe_results([r for r in preds if r["mode"] == PROBE_MODE], by, judges, sets, variants,
                                  scale_of, boot),
     }
+
+
+def sampled_units(by: dict, sets: list[dict]) -> dict:
+    """Set name -> {sampled, of}: its absolute-graded units (items; pairs for pairwise sets) and how
+    many had the sampled pass (the N=k and E[score] rows' units; score-only reads all of them)."""
+    ids: dict = defaultdict(dict)
+    for (_, name), modes in by.items():
+        for r in modes.get("absolute", []):
+            ids[name][r["item_id"]] = ids[name].get(r["item_id"], False) or was_sampled(r)
+    return {s["name"]: {"sampled": sum(ids[s["name"]].values()), "of": len(ids[s["name"]])}
+            for s in sets if ids.get(s["name"])}
 
 
 def published_figures(sets: list[dict]) -> dict:
@@ -390,12 +428,24 @@ def _header(m: dict) -> list[str]:
              str(s["n_available"]), s.get("rubric_preset") or "from the data", s["source"]] for s in m["sets"]]
     lines += _table(["set", "kind", "role", "reference", "items evaluated", "items available",
                      "rubric", "source"], rows)
+    lines += _subset_lines(m)
     lines += _records_lines(m)
     for sk in m.get("skipped", []):
         lines.append(f"- skipped `{sk['name']}`: {sk['reason']}")
     if m.get("skipped"):
         lines.append("")
     return lines
+
+
+def _subset_lines(m: dict) -> list[str]:
+    """The sets whose sampled pass ran on a seeded subset (eval.config.SetConfig.sampled_items)."""
+    part = {n: c for n, c in (m.get("sampled_units") or {}).items() if c["sampled"] < c["of"]}
+    if not part:
+        return []
+    unit = {s["name"]: "pairs" if s["kind"] == "pairwise" else "items" for s in m["sets"]}
+    return ["- sampled pass on K of N units per set (seeded subset; the N=k and E[score] rows are over the "
+            "K, score-only E[score] over all N): " + "; ".join(
+                f"`{n}` {c['sampled']} of {c['of']} {unit.get(n, 'units')}" for n, c in part.items()), ""]
 
 
 def _records_lines(m: dict) -> list[str]:

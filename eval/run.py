@@ -28,7 +28,8 @@ from judgeforge.config import ConfigError, command_parser, dump_config, load_con
 from judgeforge.eval import sets as S
 from judgeforge.eval.config import EvalConfig, JudgeConfig, SetConfig
 from judgeforge.eval.html import report_html
-from judgeforge.eval.judges import JOURNAL, PROBE, add_lengths, build_units, grade_judge, merged_model_dir
+from judgeforge.eval.judges import (JOURNAL, PROBE, add_lengths, build_units, grade_judge, mark_unsampled,
+                                     merged_model_dir)
 from judgeforge.eval.metrics_file import SCORE_ONLY, Metrics
 from judgeforge.eval.report import compute_metrics, render_markdown
 from judgeforge.io import atomic_dir, atomic_write_json, atomic_write_text, read_jsonl, write_jsonl
@@ -114,6 +115,8 @@ def run_eval(cfg: EvalConfig, command: str = "") -> dict:
     if not sets:
         raise ConfigError("no evaluation set could be loaded: " + "; ".join(s["reason"] for s in skipped))
     units = build_units(sets, {s.name: s.modes for s in cfg.sets}, cfg.probes)
+    if cfg.sampling.sampled:  # without a sampled pass there is nothing to keep to a subset
+        mark_unsampled(units, {s.name: s.sampled_items for s in cfg.sets}, cfg.seed)
     add_lengths(units, _length_tokenizer(cfg))
     n_max = max(cfg.n_values)
     preds, timing = [], {}

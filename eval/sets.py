@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from judgeforge.config import ConfigError, load_config
+from judgeforge.config import PACKAGE_ROOT, ConfigError, load_config, shipped_path
 from judgeforge.data.pairwise import HALF_TIES, build_pairs
 from judgeforge.data.readers import iter_file, read_objects, sniff_format
 from judgeforge.data.validate import (MISSING_FIELD, NON_INTEGER_SCORE, REASONS, SCORE_OUT_OF_SCALE,
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from judgeforge.eval.config import SetConfig
 
 log = logging.getLogger(__name__)
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 VENDOR = PACKAGE_ROOT / "data" / "vendor"
 
 
@@ -246,13 +245,6 @@ def checked():
         raise Reject(UNPARSEABLE_PROMPT, f"{type(e).__name__}: {e}") from None
 
 
-def _local(path: str) -> Path:
-    p = Path(path).expanduser()
-    if not p.is_absolute() and not p.exists() and (PACKAGE_ROOT / p).exists():
-        p = PACKAGE_ROOT / p
-    return p
-
-
 def read_numbered(path: str, split: str | None = None) -> list[tuple[str, "dict | Reject"]]:
     """Records with their place ('line 7' in JSON Lines, 'record 3' in JSON/Parquet, 'row 3' on the hub);
     a record that cannot be read (bad JSON, a repeated key, no object) comes as its Reject
@@ -261,7 +253,7 @@ def read_numbered(path: str, split: str | None = None) -> list[tuple[str, "dict 
     A local file's format is told by its content (data.readers.sniff_format), so JSONL saved as .json
     loads; a file that is no JSON at all is a ConfigError naming it. Raises SetUnavailable when the path
     is neither a file nor a loadable dataset."""
-    p = _local(path)
+    p = shipped_path(path)
     if p.is_file():
         kind = sniff_format(p)
         unit = "line" if kind == "jsonl" else "record"
@@ -283,7 +275,7 @@ def read_numbered(path: str, split: str | None = None) -> list[tuple[str, "dict 
 def read_records(path: str, split: str | None = None) -> list[dict]:
     """A JSON list, JSONL or Parquet file, or a Hugging Face dataset id (all splits or `split`); strict:
     an unreadable record is a ConfigError naming it (data.readers.read_objects)."""
-    p = _local(path)
+    p = shipped_path(path)
     if p.is_file():
         return [r for _, r in read_objects(p)]
     return [r for _, r in read_numbered(path, split)]
@@ -670,23 +662,15 @@ def set_kind(name: str, *, pairwise: bool = False, reference: str | None = None,
     return register
 
 
-def resolve(path: str) -> Path:
-    """Current directory first, then the judgeforge checkout (as the data configs do)."""
-    p = Path(path).expanduser()
-    if p.is_absolute() or p.exists() or not (PACKAGE_ROOT / p).exists():
-        return p
-    return PACKAGE_ROOT / p
-
-
 def ensure_heldout(sc: "SetConfig") -> Path:
     """The set's data-build directory, built from its `build_config` first when it has no test split."""
-    path = resolve(sc.path)
+    path = shipped_path(sc.path)
     if not (path / "test.jsonl").is_file() and sc.build_config:
         from judgeforge.data.build import run_build
         from judgeforge.data.config import BuildConfig
 
         log.info("%s has no test.jsonl: building it from %s", path, sc.build_config)
-        run_build(load_config(BuildConfig, resolve(sc.build_config)), out=path)
+        run_build(load_config(BuildConfig, shipped_path(sc.build_config)), out=path)
     return path
 
 

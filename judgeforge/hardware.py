@@ -349,6 +349,6 @@ def _pid_exists(pid: int) -> bool:
     return True
 
 
-__all__ = ["Binding", "CPUInfo", "Choice", "CoreLeases", "accelerator", "cpu_info", "cuda_available", "engine_dtype",
-           "format_cores", "log_choice", "parse_cpuinfo", "pid_alive", "pid_start_time", "plan_binding",
-           "reserved_cores", "train_precision"]
+__all__ = ["Binding", "CPUInfo", "Choice", "CoreLeases", "accelerator", "cpu_info", "cuda_available",
+           "engine_dtype", "format_cores", "log_choice", "parse_cpuinfo", "pid_alive", "pid_start_time",
+           "plan_binding", "reserved_cores", "train_precision"]

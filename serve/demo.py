@@ -18,8 +18,10 @@ import secrets
 import sys
 from pathlib import Path
 
+from judgeforge.config import PACKAGE_ROOT
+
 log = logging.getLogger(__name__)
-VENDOR_MT_BENCH = Path(__file__).resolve().parents[1] / "data" / "vendor" / "prometheus-eval" / "mt_bench_eval.json"
+VENDOR_MT_BENCH = PACKAGE_ROOT / "data" / "vendor" / "prometheus-eval" / "mt_bench_eval.json"
 
 
 def mt_bench_requests(limit: int | None = None, path: str | Path = VENDOR_MT_BENCH) -> list[dict]:
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from judgeforge.serve.process import ServerProcess
 
     p = argparse.ArgumentParser(prog="python -m judgeforge.serve.demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "configs/serve/default.yaml"))
+    p.add_argument("--config", default=str(PACKAGE_ROOT / "configs/serve/default.yaml"))
     p.add_argument("--model", help="judge model dir (e.g. a merged trained judge); default: the config's")
     p.add_argument("--n", type=int, default=3, help="samples to vote over")
     p.add_argument("--index", type=int, default=0, help="which MT-Bench record to grade")

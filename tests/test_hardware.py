@@ -1,9 +1,15 @@
-"""judgeforge.hardware: the machine-dependent defaults, decided from recorded CPU flag sets."""
+"""judgeforge.hardware: the machine-dependent defaults, decided from recorded CPU flag sets; the
+accelerator and process liveness."""
 
 from __future__ import annotations
 
+import importlib.machinery
+import json
 import logging
 import os
+import subprocess
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -75,8 +81,59 @@ def test_this_machine_is_described():
 
 
 def test_reserved_cores():
-    cpu = recorded("amd-epyc-avx2.txt")
-    assert (hw.reserved_cores(None, cpu), hw.reserved_cores(3, cpu)) == (0, 3)
+    assert (hw.reserved_cores(None), hw.reserved_cores(3)) == (0, 3)
+
+
+def fake_torch(cuda: bool, xpu: bool | None = None) -> types.ModuleType:
+    torch = types.ModuleType("torch")
+    torch.__spec__ = importlib.machinery.ModuleSpec("torch", None)  # find_spec reads it
+    torch.cuda = types.SimpleNamespace(is_available=lambda: cuda)
+    if xpu is not None:  # torch builds before 2.4 have no torch.xpu
+        torch.xpu = types.SimpleNamespace(is_available=lambda: xpu)
+    return torch
+
+
+@pytest.mark.parametrize("torch,want", [
+    (None, None),  # torch not installed: no accelerator, no error
+    (fake_torch(cuda=False), None),
+    (fake_torch(cuda=False, xpu=False), None),
+    (fake_torch(cuda=True), "cuda"),
+    (fake_torch(cuda=False, xpu=True), "xpu"),
+    (fake_torch(cuda=True, xpu=True), "cuda"),
+])
+def test_the_accelerator_is_torchs_and_none_without_torch(monkeypatch, torch, want):
+    monkeypatch.setitem(sys.modules, "torch", torch)  # None: `import torch` fails, find_spec says None
+    assert hw.accelerator() == want and hw.cuda_available() == (want == "cuda")
+
+
+def test_pid_alive_tells_a_running_process_from_a_zombie_a_gone_one_and_a_reused_pid():
+    me = os.getpid()
+    start = hw.pid_start_time(me)
+    assert start is not None and hw.pid_alive(me) and hw.pid_alive(me, start)
+    assert not hw.pid_alive(me, start + 1)  # the pid now names a later process
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped yet: a zombie
+    assert hw.pid_start_time(child.pid) is not None and not hw.pid_alive(child.pid)
+    child.wait()
+    assert not hw.pid_alive(child.pid) and hw.pid_start_time(child.pid) is None
+    assert not hw.pid_alive(0) and not hw.pid_alive(-1)  # process groups, not processes
+
+
+def test_pid_alive_without_proc_knows_only_that_the_pid_exists(monkeypatch):
+    me, start = os.getpid(), hw.pid_start_time(os.getpid())
+    monkeypatch.setattr(hw, "_proc_stat", lambda pid: None)  # not Linux, or /proc mounted with hidepid
+    assert hw.pid_alive(me) and hw.pid_alive(me, start + 1) and hw.pid_start_time(me) is None
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    assert not hw.pid_alive(child.pid)
+
+
+def test_proc_stat_reads_past_a_name_with_spaces_and_parentheses(monkeypatch, tmp_path):
+    fields = ["S"] + [str(i) for i in range(4, 22)] + ["4242"] + ["0"] * 30  # starttime is field 22
+    stat = tmp_path / "stat"
+    stat.write_text("77 (a) (b c) " + " ".join(fields))
+    monkeypatch.setattr(hw, "Path", lambda p: stat if p == "/proc/77/stat" else Path(p))
+    assert hw.pid_start_time(77) == 4242 / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.mark.parametrize("allowed,taken,env,cores", [
@@ -128,6 +185,20 @@ def test_leases_of_concurrent_processes_are_disjoint(tmp_path):
     assert (b.cores, b.env) == (tuple(range(8)), "auto") and path.is_file()
     hw.CoreLeases.release(path)
     assert not path.exists()
+
+
+def test_a_lease_whose_pid_now_names_another_process_is_dropped(tmp_path):
+    """A lease records its process's start: an engine killed with kill -9 whose pid a later process
+    got holds no cores. A lease written before leases had a start is judged by its pid alone."""
+    me, start = os.getpid(), hw.pid_start_time(os.getpid())
+    reused, older = tmp_path / "reused.json", tmp_path / "older.json"
+    reused.write_text(json.dumps({"pid": me, "start": start + 1, "cores": [0, 1]}))
+    older.write_text(json.dumps({"pid": me, "cores": [2]}))
+    path, b = hw.CoreLeases(tmp_path).acquire(range(4))
+    assert b.cores == (0, 1, 3) and not reused.exists() and older.exists()
+    assert json.loads(path.read_text()) == {"pid": me, "start": start, "cores": [0, 1, 3]}
+    _, again = hw.CoreLeases(tmp_path).acquire(range(4))  # this process's own lease is live
+    assert again.env == "nobind"
 
 
 def test_engine_environment_tells_an_inherited_choice_from_a_users(tmp_path, monkeypatch):

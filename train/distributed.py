@@ -26,10 +26,9 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from judgeforge.config import ConfigError
+from judgeforge.config import ConfigError, shipped_path
 from judgeforge.train.config import TrainConfig
 
-REPO = Path(__file__).resolve().parents[1]
 ACCELERATE_DIR = "configs/train/accelerate"
 log = logging.getLogger(__name__)
 
@@ -74,17 +73,11 @@ def default_accelerate_config(gpu: bool) -> str:
     return f"{ACCELERATE_DIR}/{'zero3' if gpu else 'ddp_cpu'}.yaml"
 
 
-def repo_path(path: str) -> Path:
-    """A relative path from the cwd, else from the judgeforge checkout (shipped configs)."""
-    p = Path(path)
-    return p if p.is_absolute() or p.exists() else REPO / p
-
-
 def launch_command(cfg: TrainConfig, argv: list[str], gpu: bool) -> list[str]:
     """`accelerate launch` of `judgeforge train` with the same arguments, `num_gpus` processes."""
     import yaml
 
-    acc = repo_path(cfg.accelerate_config or default_accelerate_config(gpu)).resolve()
+    acc = shipped_path(cfg.accelerate_config or default_accelerate_config(gpu)).resolve()
     if not acc.is_file():
         raise ConfigError(f"accelerate_config {cfg.accelerate_config} not found")
     spec = yaml.safe_load(acc.read_text()) or {}

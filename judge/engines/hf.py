@@ -1,7 +1,8 @@
 """The transformers engine: the same contract on plain `generate`, for machines without vLLM.
 
 Requests with equal sampling settings are batched (left padding); each prompt's N samples are N
-repeated rows. Then every sample's score is completed as the vLLM engine does (judge.completion):
+repeated rows. A request alone (the server's, `load_judge`'s) prefills its prompt once and gives each of
+its N rows a copy of that cache. Then every sample's score is completed as the vLLM engine does (judge.completion):
 the prompt is prefilled once per request into a `DynamicCache`, and each read runs only the tokens
 after the prompt (kept generated ids, `[RESULT] `, the read's node) on that cache, which is cropped
 back afterwards; reads along one path share a forward pass. The read is the float32 log-softmax of
@@ -154,10 +155,26 @@ class TransformersEngine(JudgeEngine):
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         with torch.inference_mode(), self._adapter(req.adapter):
+            if len(reqs) == 1 and req.n > 1:
+                kwargs["past_key_values"] = self._shared_prefill(req.prompt_ids, req.n)
             seqs = self.model.generate(**enc, **kwargs)
         self._check(cancel)
         drafts = [self._draft(row) for row in seqs[:, enc["input_ids"].shape[1]:].tolist()]
         return [drafts[i * req.n:(i + 1) * req.n] for i in range(len(reqs))]
+
+    def _shared_prefill(self, prompt: list[int], n: int):
+        """One request's N rows share their prompt: prefill it once and give each row a copy of its
+        cache (the last prompt token is left to `generate`, which runs only what the cache lacks).
+        N copies of the prompt cost N prefills, most of a short judgment's time on a CPU
+        (bench/RESULTS.md, transformers n=5)."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        if len(prompt) > 1:
+            self.model(input_ids=self._ids(prompt[:-1]), past_key_values=cache, use_cache=True,
+                       logits_to_keep=1)
+            cache.batch_repeat_interleave(n)
+        return cache
 
     def _draft(self, ids: list[int]) -> Draft:
         """One generated row: cut at the first end-of-turn token (what follows is padding)."""

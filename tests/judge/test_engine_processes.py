@@ -372,3 +372,25 @@ def test_watchdog_records_segments_once_more_when_the_parent_is_gone(monkeypatch
     monkeypatch.setattr(W, "remove_segments", lambda inodes: calls.append(("remove", inodes)))
     assert W.main(["123"]) == 0
     assert calls == [("record", {"engine", "worker"}, True), ("end", {"engine", "worker"}), ("remove", {1, 2})]
+
+
+def test_running_is_the_hardware_liveness_against_the_start_first_seen():
+    """The watchdog's `running` is judgeforge.hardware.pid_alive: a zombie is not running, nor a later
+    process given a recorded one's pid (its start differs from the one recorded)."""
+    from judgeforge import hardware as hw
+    from judgeforge.judge.engines import watchdog as W
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        p = psutil.Process(child.pid)
+        assert W.running(p) and W._started[p] == hw.pid_start_time(child.pid)
+        W._started[p] += 1  # as if the pid now named a later process
+        assert not W.running(p)
+        W._started[p] -= 1
+        child.kill()
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: a zombie
+        assert not W.running(p)
+    finally:
+        child.kill()
+        child.wait()
+    assert not W.running(p)

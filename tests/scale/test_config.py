@@ -87,3 +87,30 @@ def test_journal_keeps_complete_lines_and_the_first_of_a_key(tmp_path, caplog):
     assert "dropped 1 incomplete line" in caplog.text
     Journal(path).remove()
     assert not path.exists() and Journal(path).load() == {}
+
+
+def test_a_replica_releases_its_core_lease_when_dropped(tmp_path, monkeypatch):
+    """Ray Data drops a replica on a graceful shutdown: its cores are free at once. One whose engine
+    failed to build gives them back too."""
+    from judgeforge.judge import engines
+    from judgeforge.scale import placement, ray_runner
+
+    lease = tmp_path / "lease.json"
+    monkeypatch.setattr(placement, "place_replica", lambda ecfg, rt: (ecfg, lease))
+    monkeypatch.setattr(engines, "build_engine", lambda cfg: object())
+    lease.write_text("{}")
+    replica = ray_runner._Replica(EngineConfig(kind="vllm"), runtime(), lambda engine, items: items)
+    assert lease.exists()
+    del replica
+    assert not lease.exists()
+
+    def fail(cfg):
+        raise RuntimeError("no engine")
+
+    monkeypatch.setattr(engines, "build_engine", fail)
+    lease.write_text("{}")
+    try:
+        ray_runner._Replica(EngineConfig(kind="vllm"), runtime(), lambda engine, items: items)
+    except RuntimeError:
+        pass
+    assert not lease.exists()
