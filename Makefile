@@ -50,13 +50,28 @@ test-fast: venv
 # -> compare -> merge -> serve one real MT-Bench grading over HTTP with n=3.
 # (The eval configs name runs/demo/... and runs/train/default, so DEMO_DIR stays runs/demo.)
 demo: model
+	@mkdir -p $(DEMO_DIR) && date +%s > $(DEMO_DIR)/.started
+	@$(call stage,1/7,data build: the vendored GPT-4 judgments -> SFT records in $(DEMO_DIR)/data)
 	$(JF) data build --config configs/data/default.yaml --out $(DEMO_DIR)/data
+	@$(call stage,2/7,evaluate the untrained base judge -> $(DEMO_DIR)/eval/base)
 	$(JF) eval --config configs/eval/default.yaml
+	@$(call stage,3/7,train a LoRA adapter on 150 judgments -> runs/train/default)
 	$(JF) train --config configs/train/default.yaml
+	@$(call stage,4/7,evaluate the trained judge -> $(DEMO_DIR)/eval/trained)
 	$(JF) eval --config configs/eval/trained.yaml
+	@$(call stage,5/7,compare base and trained with paired intervals -> $(DEMO_DIR)/eval/compare.md)
 	$(JF) eval compare $(DEMO_DIR)/eval/base $(DEMO_DIR)/eval/trained --out $(DEMO_DIR)/eval/compare.md
+	@$(call stage,6/7,merge the adapter for serving -> $(DEMO_DIR)/judge)
 	$(JF) train merge --adapter runs/train/default --out $(DEMO_DIR)/judge
+	@$(call stage,7/7,serve the trained judge and grade one MT-Bench response over HTTP with n=3)
 	$(PY) -m judgeforge.serve.demo --config configs/serve/default.yaml --model $(DEMO_DIR)/judge --n 3
+	@$(call stage,done,outputs: $(DEMO_DIR)/eval/{base$(comma)trained}/report.html and report.md$(comma) \
+		$(DEMO_DIR)/eval/compare.html$(comma) runs/train/default (adapter$(comma) loss.png)$(comma) $(DEMO_DIR)/judge)
+
+# One line per demo stage: its number, what it does and where it writes, and the minutes so far.
+define stage
+echo "== demo [$(1)] $(2) ($$(( ($$(date +%s) - $$(cat $(DEMO_DIR)/.started)) / 60 )) min so far) =="
+endef
 
 # Every benchmark with its documented default command, one after the other (many hours on 2 cores: the
 # learning curve and the distillation comparison retrain the judge). Pick some, or list them first:

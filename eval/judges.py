@@ -97,6 +97,7 @@ def sampled_ids(ids: Iterable[str], k: int | None, seed: int) -> set[str]:
 
 
 def is_sampled(u: Unit) -> bool:
+    """False for a unit `mark_unsampled` left out of the sampled pass (read score-only only)."""
     return u.record.get("sampled") is not False
 
 
@@ -203,6 +204,8 @@ def grade_units(engine, units: list[Unit], *, n: int, sampling) -> tuple[list[di
     with progress(total=len(ok), desc="grading", unit="prompt") as bar:
         for absolute in (True, False):  # probe units go with the main units they are graded like
             idx = [k for k, i in enumerate(ok) if isinstance(units[i].item, GradeItem) == absolute]
+            # sampled units first: their decode fills few batches (a decode step's cost is partly fixed)
+            idx.sort(key=lambda k: not is_sampled(units[ok[k]]))
             # a comparison: one request per order; a unit read score-only only holds that read's KV
             plan = [reqs[k] if is_sampled(units[ok[k]]) else [_score_only_request(r) for r in reqs[k]] for k in idx]
             for b in judge.batches(plan):
@@ -302,8 +305,9 @@ def _grade_on_ray(ecfg, units: list[Unit], *, n: int, sampling, runtime, journal
         if book is not None:
             book.append(key, record)
 
-    # Absolute units first, then relative ones, as grade_units orders them: batches of one kind.
-    order = sorted(range(len(units)), key=lambda i: not isinstance(units[i].item, GradeItem))
+    # Absolute units first, then relative ones, sampled ones first, as grade_units orders them.
+    order = sorted(range(len(units)),
+                   key=lambda i: (not isinstance(units[i].item, GradeItem), not is_sampled(units[i])))
     try:
         stats = run_batches([(keys[i], units[i]) for i in order], partial(units_batch, n=n, sampling=sampling),
                             engine_cfg=ecfg, runtime=runtime, done=set(results), on_result=keep, unit="prompt")

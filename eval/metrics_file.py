@@ -70,7 +70,11 @@ class Metrics:
 
     @property
     def primary_variant(self) -> str:
-        """The headline variant: the vote with the largest N."""
+        """The headline variant: the vote with the largest N, or score-only E[score] when the sampled
+        pass ran on a subset of some set (`sampled_items`): the variant that covers every item."""
+        subset = any(c["sampled"] < c["of"] for c in (self.data.get("sampled_units") or {}).values())
+        if subset and SCORE_ONLY in self.variants:
+            return SCORE_ONLY
         return f"n{max(self.meta['n_values'])}"
 
     def sets(self, kind: str | None = None, role: str | None = None) -> list[dict]:

@@ -421,8 +421,10 @@ def _header(m: dict) -> list[str]:
         lines.append(f"- judge `{j['name']}`: {j['description']}")
     lines.append(f"- bootstrap: {meta['bootstrap']['n_resamples']} resamples over items, "
                  f"{meta['bootstrap']['level']:.2f} percentile intervals, seed {meta['bootstrap']['seed']}")
-    lines.append(f"- headline variant: {_label(primary_variant(m))} (majority vote; items without a score are "
-                 "counted, never scored)")
+    pv = primary_variant(m)
+    how = ("the expected score straight after the prompt, on every item: the sampled pass ran on a subset"
+           if pv == SCORE_ONLY else "majority vote")
+    lines.append(f"- headline variant: {_label(pv)} ({how}; items without a score are counted, never scored)")
     lines += ["", "## Evaluation sets", ""]
     rows = [[s["name"], s["kind"], s.get("role") or "", s["reference"], str(s["n_items"]),
              str(s["n_available"]), s.get("rubric_preset") or "from the data", s["source"]] for s in m["sets"]]
@@ -811,7 +813,7 @@ def _cascade_set(m: dict, name: str, by_judge: dict) -> list[str]:
         calls = r["blend"]["teacher_calls_per_1000"]
         blend.append([j, "teacher calls per 1,000 items"] + [_f(x, 1) for x in calls])
     return [f"## Trust or escalate: a cascade on `{name}` (offline what-if)", "",
-            f"The local judge answers when its confidence ({_label(primary_variant(m))} vote; its own "
+            f"The local judge answers when its confidence (N={max(m['meta']['n_values'])} vote; its own "
             "probability of the voted score) clears a threshold and escalates the rest to the teacher, here "
             f"the first cached GPT-4 judgment; agreement = {_agreement_rule(p.get('tolerance', 0))}. The "
             "threshold is calibrated on a random share of the items (Clopper-Pearson bounds, fixed-sequence "

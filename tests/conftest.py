@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,22 @@ def vllm_serve(default_model_dir, tmp_path_factory):
         yield srv.wait_ready()
     finally:
         srv.stop()
+
+
+# -- the suite's engine starts, printed at the end (issue 30: each real engine start is minutes of a run) --
+_STARTS = Path(tempfile.gettempdir()) / f"judgeforge-engine-starts-{os.getpid()}.jsonl"
+os.environ.setdefault("JUDGEFORGE_ENGINE_STARTS", str(_STARTS))  # subprocesses (servers) append too
+
+
+def pytest_terminal_summary(terminalreporter):
+    path = Path(os.environ["JUDGEFORGE_ENGINE_STARTS"])
+    starts = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    starts = [s for s in starts if s["class"].startswith("judgeforge.")]  # real engines, not the doubles
+    by_kind: dict = {}
+    for s in starts:
+        n, secs = by_kind.get(s["kind"], (0, 0.0))
+        by_kind[s["kind"]] = (n + 1, secs + s["seconds"])
+    summary = ", ".join(f"{k} {n} ({secs:.0f} s)" for k, (n, secs) in sorted(by_kind.items())) or "none"
+    terminalreporter.write_line(f"real engine starts: {len(starts)}: {summary}")
+    if path == _STARTS:
+        path.unlink(missing_ok=True)

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
+import logging
+import os
 import re
 import sys
+import time
 from typing import Callable
 
 from judgeforge.config import ConfigError
@@ -21,6 +25,7 @@ from judgeforge.judge.engines.base import *  # noqa: F401,F403  (the contract is
 from judgeforge.judge.engines.base import JudgeEngine
 from judgeforge.judge.registry import Registry, UnknownName
 
+log = logging.getLogger(__name__)
 EngineFactory = Callable[..., JudgeEngine]
 
 ENGINES: Registry[str | EngineFactory] = Registry("engine kind")
@@ -88,4 +93,23 @@ def build_engine(cfg) -> JudgeEngine:
         from judgeforge.judge.engines.handoff import HandoffEngine
 
         return HandoffEngine(cfg)
-    return engine_factory(cfg.kind)(cfg)
+    t0 = time.perf_counter()
+    engine = engine_factory(cfg.kind)(cfg)
+    record_start(engine, cfg.model, time.perf_counter() - t0)
+    return engine
+
+
+STARTS_LOG = "JUDGEFORGE_ENGINE_STARTS"
+"""Environment variable naming a file that every engine start appends a JSON line to (kind, class,
+model, seconds, pid): the test suite sets it and prints its starts at the end (tests/conftest.py)."""
+
+
+def record_start(engine: JudgeEngine, model: str, seconds: float) -> None:
+    log.info("engine %s (%s) started in %.1f s", engine.kind, model, seconds)
+    path = os.environ.get(STARTS_LOG)
+    if path:
+        cls = type(engine)
+        line = json.dumps({"kind": engine.kind, "class": f"{cls.__module__}.{cls.__qualname__}",
+                           "model": model, "seconds": round(seconds, 2), "pid": os.getpid()})
+        with open(path, "a", encoding="utf-8") as f:  # one short append per start: lines stay whole
+            f.write(line + "\n")

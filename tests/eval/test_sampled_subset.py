@@ -166,3 +166,26 @@ def test_unsampled_units_are_read_once_score_only(subset_config, tmp_path):
     assert feedback[False] == len(absolute) and feedback[True] == len(absolute) - len(out) + 10 + 10
     assert all(n == 1 for (_, fb), n in CountingEngine.seen.items() if not fb)
 
+
+def test_comparisons_and_cascade_follow_the_variant_units():
+    """Two judges on a mimic set whose last 12 of 20 items had no sampled pass: the paired differences
+    and the cascade what-if (its confidence is the samples') are over the 8 sampled items."""
+    from testing.records import synthetic_predictions
+    from judgeforge.eval.report import compute_metrics
+
+    preds = []
+    for judge, seed in (("base", 1), ("trained", 2)):
+        for i, r in enumerate(synthetic_predictions(20, judge=judge, set_name="heldout", seed=seed)):
+            r["score_only_probs"] = r["samples"][0]["probs"]
+            if i >= 8:
+                r.update(samples=[], sampled=False)
+            preds.append(r)
+    sets = [{"name": "heldout", "kind": "absolute", "role": "mimic", "reference": "gpt-4", "n_items": 20,
+             "n_available": 20, "source": "synthetic", "scale": [1, 5]}]
+    m = compute_metrics(preds, sets=sets, judges=["base", "trained"], baseline="base", n_values=[1, 3],
+                        score_only=True, n_boot=50, level=0.95, seed=0, cascade={"min_n": 2, "n_splits": 20})
+    d = m["comparisons"]["trained"]["heldout"]
+    assert d["n3"]["n"] == d["expected"]["n"] == 8 and d["score_only"]["n"] == 20
+    assert m["cascade"]["base"]["heldout"]["n"] == 8 and m["cascade"]["base"]["heldout"]["n_no_score"] == 0
+    assert m["results"]["trained"]["heldout"]["n1"]["parse_failures"] == 0
+    assert m["sampled_units"]["heldout"] == {"sampled": 8, "of": 20}
