@@ -81,3 +81,17 @@ def corrupt_pages(path, n_pages: int, seed: int = 18) -> list[int]:
             f.seek(page * PAGE)
             f.write(rng.randbytes(PAGE))
     return pages
+
+
+def all_floats(obj):
+    """Every number in a metrics.json tree (bools aside): what a report's text may print."""
+    if isinstance(obj, bool):
+        return
+    if isinstance(obj, (int, float)):
+        yield float(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from all_floats(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from all_floats(v)

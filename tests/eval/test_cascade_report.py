@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from testing.records import synthetic_predictions
+from testing.records import all_floats, synthetic_predictions
 from judgeforge.eval import run as R
 from judgeforge.eval.report import compute_metrics, render_markdown
 
@@ -25,21 +25,8 @@ def _metrics(preds, **kw) -> dict:
                            n_boot=100, level=0.95, seed=0, **kw)
 
 
-def _floats(obj):
-    if isinstance(obj, bool):
-        return
-    if isinstance(obj, (int, float)):
-        yield float(obj)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _floats(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _floats(v)
-
-
 def _unexplained_numbers(report: str, metrics: dict) -> set[str]:
-    have = {f"{x:.{nd}f}" for x in _floats(metrics) for nd in (1, 2, 3)}
+    have = {f"{x:.{nd}f}" for x in all_floats(metrics) for nd in (1, 2, 3)}
     return set(re.findall(r"-?\d+\.\d+", report)) - have
 
 

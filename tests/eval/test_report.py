@@ -15,6 +15,7 @@ from judgeforge.eval.config import EvalConfig
 from judgeforge.eval.report import render_markdown
 from judgeforge.judge.engines import JudgeEngine, Sample
 from testing.engines import shipped_tokenizer
+from testing.records import all_floats
 
 
 class FakeEngine(JudgeEngine):
@@ -93,8 +94,8 @@ def test_run_writes_report_from_metrics(tmp_path, vendor, fake_engine):
     report = (out / "report.md").read_text()
     assert report == render_markdown(metrics)
     # Every decimal number in report.md is a (rounded) number from metrics.json.
-    have = {f"{x:.3f}" for x in _all_floats(metrics)} | {f"{x:.1f}" for x in _all_floats(metrics)} | \
-        {f"{x:.2f}" for x in _all_floats(metrics)}
+    have = {f"{x:.3f}" for x in all_floats(metrics)} | {f"{x:.1f}" for x in all_floats(metrics)} | \
+        {f"{x:.2f}" for x in all_floats(metrics)}
     missing = _numbers(report) - have
     assert not missing, missing
     # Real content: every item scored (completed), written shares counted, sets and skipped sets
@@ -120,19 +121,6 @@ def test_run_writes_report_from_metrics(tmp_path, vendor, fake_engine):
     assert vl["a"] == pytest.approx(length_r) and vl["b"] == pytest.approx(vic["score_only"]["correlation"]["pearson"]["value"])
     assert vl["lo"] <= vl["diff"] <= vl["hi"] and "vs length alone" in report
     assert m == metrics
-
-
-def _all_floats(obj):
-    if isinstance(obj, bool):
-        return
-    if isinstance(obj, (int, float)):
-        yield float(obj)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _all_floats(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _all_floats(v)
 
 
 def test_recompute_reproduces_metrics(tmp_path, vendor, fake_engine):
