@@ -7,6 +7,7 @@ serve start)."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -32,6 +33,12 @@ def grade(srv) -> dict:
     return r.json()
 
 
+def answers_by_engine(metrics: str) -> dict[str, float]:
+    """`judgeforge_answers_total{engine="..."} N` lines of a /metrics page, by engine."""
+    found = re.findall(r'^judgeforge_answers_total\{engine="([^"]+)"\} ([0-9.]+)$', metrics, re.M)
+    return {engine: float(n) for engine, n in found}
+
+
 def test_transformers_answers_while_vllm_starts_then_vllm_answers(repo, default_model_dir, tmp_path):
     srv = ServerProcess(repo / "configs/serve/default.yaml", ["engine.enforce_eager=true"],
                         env={"JUDGEFORGE_API_KEY": KEY}, log=tmp_path / "serve.log")
@@ -39,21 +46,20 @@ def test_transformers_answers_while_vllm_starts_then_vllm_answers(repo, default_
         srv.wait_ready()
         h = health(srv)
         assert h["status"] == "ok" and "handoff" in h and h["handoff"]["target"] == "vllm", h
-        seen = set()
+        on_transformers = 0  # answers drawn with no handoff around them
         while (h := health(srv))["handoff"]["state"] == "starting":
             answer = grade(srv)
             after = health(srv)["handoff"]
             if after["state"] == "starting":  # no handoff around this request: transformers drew it
                 assert answer["engine"] == "transformers" and answer["score"] in range(1, 6)
-                seen.add("transformers")
+                on_transformers += 1
             time.sleep(0.5)
         assert h["handoff"]["state"] == "ready" and h["engine"] == "vllm", (h, srv.tail())
         answer = grade(srv)
         assert answer["engine"] == "vllm" and answer["score"] in range(1, 6)
-        metrics = httpx.get(srv.url + "/metrics", headers=AUTH, timeout=10).text
-        assert 'judgeforge_answers_total{engine="vllm"} 1.0' in metrics
-        if seen:
-            assert 'judgeforge_answers_total{engine="transformers"}' in metrics
-        assert seen, "vLLM was ready before the first answer: the warm start answered nothing"
+        answers = answers_by_engine(httpx.get(srv.url + "/metrics", headers=AUTH, timeout=10).text)
+        # A loop request that met the handoff itself may have gone to either engine: counts are bounds.
+        assert answers.get("vllm", 0) >= 1 and answers.get("transformers", 0) >= on_transformers, answers
+        assert on_transformers, "vLLM was ready before the first answer: the warm start answered nothing"
     finally:
         assert srv.stop() in (0, -signal.SIGTERM), srv.tail()  # SIGTERM's own end (judgeforge.cli)
