@@ -93,8 +93,13 @@ def build_engine(cfg) -> JudgeEngine:
         from judgeforge.judge.engines.handoff import HandoffEngine
 
         return HandoffEngine(cfg)
+    return start_engine(cfg)
+
+
+def start_engine(cfg, factory: Callable[[str], EngineFactory] = engine_factory) -> JudgeEngine:
+    """`cfg.kind`'s engine (from `factory(kind)`), its start timed, logged and recorded."""
     t0 = time.perf_counter()
-    engine = engine_factory(cfg.kind)(cfg)
+    engine = factory(cfg.kind)(cfg)
     record_start(engine, cfg.model, time.perf_counter() - t0)
     return engine
 

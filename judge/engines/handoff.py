@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Sequence
 
 from judgeforge.judge.engines.base import JudgeEngine, Sample, SampleRequest
@@ -34,7 +33,7 @@ class HandoffEngine(JudgeEngine):
         return self._current.kind
 
     def __init__(self, cfg, factory=None):
-        from judgeforge.judge.engines import engine_factory, record_start
+        from judgeforge.judge.engines import engine_factory, start_engine
 
         factory = factory or engine_factory
         self.target_kind = cfg.kind
@@ -42,10 +41,8 @@ class HandoffEngine(JudgeEngine):
         self._state, self._reason = STARTING, None
         self._in_flight: dict[int, int] = {}
         self._retired: list[JudgeEngine] = []
-        t0 = time.perf_counter()
-        self._current = factory(cfg.warm_start)(cfg.model_copy(update={"kind": cfg.warm_start,
-                                                                       "warm_start": None}))
-        record_start(self._current, cfg.model, time.perf_counter() - t0)
+        self._current = start_engine(cfg.model_copy(update={"kind": cfg.warm_start, "warm_start": None}),
+                                     factory)
         log.info("engine %s answers while %s starts", self._current.kind, self.target_kind)
         target_cfg = cfg.model_copy(update={"warm_start": None})
         self._starter = threading.Thread(target=self._start, args=(factory, target_cfg),
@@ -55,12 +52,10 @@ class HandoffEngine(JudgeEngine):
     # -- the handoff --------------------------------------------------------------------------
 
     def _start(self, factory, cfg) -> None:
-        from judgeforge.judge.engines import record_start
+        from judgeforge.judge.engines import start_engine
 
-        t0 = time.perf_counter()
         try:
-            engine = factory(cfg.kind)(cfg)
-            record_start(engine, cfg.model, time.perf_counter() - t0)
+            engine = start_engine(cfg, factory)
         except Exception as e:  # serving goes on on the warm-start engine; /health says why
             log.exception("engine %s failed to start; %s keeps serving", cfg.kind, self._current.kind)
             with self._lock:
