@@ -1,12 +1,15 @@
-"""The transformers engine's lone request: its N samples sharing one prefill of the prompt, against N
-copies of the prompt prefilled (the engine before this change), in one invocation on one engine.
+"""The transformers engine's lone request (a served grading, `load_judge(...).grade`): how often its
+prompt is prefilled, three arms in one invocation on one engine.
 
     python bench/hf_prefill_bench.py [--items 4] [--n 5] [--max-tokens 64] [--repeats 2] [--write-results]
 
-Each arm grades the same real MT-Bench items one request at a time (as `judgeforge serve` and
-`load_judge(...).grade` do), n samples each, arms alternating; the baseline arm turns the shared
-prefill off (each of the N rows is prefilled on its own, as `generate` does with repeated prompts).
-Medians of the repeats; the ratio is baseline seconds over shared seconds.
+- *copies*: each of the N rows prefilled on its own, then the completion reads' own prefill (N + 1);
+- *two*: the N rows share one prefill, the completion reads prefill again (2; commit ed1b6d8);
+- *one*: one prefill for the rows and the reads alike (1; now).
+
+Each arm grades the same real MT-Bench items one request at a time, n samples each, score completion on,
+arms alternating; the baseline arms patch the engine back to what it did. Medians of the repeats; each
+ratio is that arm's seconds over the *one* arm's.
 """
 
 from __future__ import annotations
@@ -26,6 +29,21 @@ def grade_all(engine, judge, items) -> float:
     return time.perf_counter() - t0
 
 
+ARMS = ("copies", "two", "one")
+
+
+def patch(arm: str) -> None:
+    """Turn the engine back into what the arm measures (`one` is the engine as shipped)."""
+    from judgeforge.judge.engines.hf import TransformersEngine as E
+
+    E._rows_cache = ORIG["rows"] if arm != "copies" else staticmethod(lambda cache, n: None)
+    E._complete = ORIG["complete"] if arm == "one" else (
+        lambda self, req, drafts, cancel, cache=None: ORIG["complete"](self, req, drafts, cancel))
+
+
+ORIG: dict = {}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--items", type=int, default=4)
@@ -39,31 +57,34 @@ def main(argv=None) -> int:
     from judgeforge.judge.engines.hf import TransformersEngine
     from judgeforge.judge.judge import Judge
 
+    ORIG.update(rows=TransformersEngine.__dict__["_rows_cache"], complete=TransformersEngine._complete)
     items = C.mt_bench_items(a.items)
-    shared = TransformersEngine._shared_prefill
-    out = {"date": C.now(), "load_start": C.loadavg(), "shared": [], "copies": []}
+    out = {"date": C.now(), "load_start": C.loadavg(), **{arm: [] for arm in ARMS}}
     with build_engine(EngineConfig(kind="transformers", model="default-judge", max_model_len=4096)) as eng:
         judge = Judge(eng, SamplingConfig(n=a.n, max_n=a.n, max_tokens=a.max_tokens, max_resample_rounds=0))
         grade_all(eng, judge, items[:1])  # warm-up, not counted
         for _ in range(a.repeats):
-            TransformersEngine._shared_prefill = lambda self, prompt, n: None  # generate's own cache
-            out["copies"].append(grade_all(eng, judge, items))
-            TransformersEngine._shared_prefill = shared
-            out["shared"].append(grade_all(eng, judge, items))
+            for arm in ARMS:
+                patch(arm)
+                out[arm].append(grade_all(eng, judge, items))
+        patch("one")
     out["load_end"] = C.loadavg()
     C.save_results("hf_prefill", out, a)
 
     def text(command: str) -> str:
-        copies, one = C.median(out["copies"]), C.median(out["shared"])
+        one = C.median(out["one"])
+        label = {"copies": "N copies of the prompt prefilled, then the reads' own prefill (N + 1)",
+                 "two": "the N rows share one prefill, the reads prefill again (2; before)",
+                 "one": "one prefill for the rows and the reads (1; now)"}
+        rows = [f"| {label[arm]} | {C.median(out[arm]):.1f} ({C.spread(out[arm], '{:.1f}')}) | "
+                f"{C.median(out[arm]) / one:.2f} |" for arm in ARMS]
         return "\n".join([
             f"## {TITLE}", "",
             f"{a.items} real MT-Bench gradings one request at a time, n={a.n}, at most {a.max_tokens} feedback "
-            "tokens, the shipped `default-judge` on the transformers engine (float32), arms alternating on one "
-            f"engine, medians of {a.repeats}.", "",
-            "| arm | seconds for the items | ratio |", "|---|---:|---:|",
-            f"| N copies of the prompt prefilled (before) | {copies:.1f} ({C.spread(out['copies'], '{:.1f}')}) | 1.00 |",
-            f"| one prefill shared by the N rows | {one:.1f} ({C.spread(out['shared'], '{:.1f}')}) | "
-            f"**{copies / one:.2f}x** faster |", "",
+            "tokens, score completion on, the shipped `default-judge` on the transformers engine (float32), "
+            f"arms alternating on one engine, medians of {a.repeats}; ratio = the arm's seconds over the one-prefill "
+            "arm's.", "",
+            "| prompt prefills per request | seconds for the items | ratio |", "|---|---:|---:|", *rows, "",
             C.command_footer(command, out)])
 
     return C.publish("hf_prefill_bench.py", argv, TITLE, text, a.write_results)

@@ -134,6 +134,11 @@ class EngineConfig(Config):
     def _plain_base_url(cls, v: str) -> str:
         return plain_base_url(v)
 
+    def for_batches(self) -> "EngineConfig":
+        """The config batch grading builds (`grade --local`, a Ray replica): no warm start, since a
+        warm start would keep the first, largest batches on the warm-start engine after `kind` is up."""
+        return self.model_copy(update={"warm_start": None})
+
 
 Count = Annotated[int, Field(ge=1)]
 """A number of samples or tokens: a subclass that changes such a field's default keeps its bound."""

@@ -29,9 +29,9 @@ _UNBOUND = ("auto", "nobind")
 
 def replica_engine_config(ecfg, runtime: RuntimeConfig, binding: hw.Binding | None, cores: int):
     """The engine config a replica builds (pure): tensor parallelism on GPUs; on a CPU, the leased
-    binding for vLLM and the thread count for transformers (`cores` when nothing is pinned). No warm
-    start: a replica grades batches, which want the throughput engine from the first one."""
-    ecfg = ecfg.model_copy(update={"warm_start": None})
+    binding for vLLM and the thread count for transformers (`cores` when nothing is pinned), with no
+    warm start (`EngineConfig.for_batches`)."""
+    ecfg = ecfg.for_batches()
     if runtime.on_gpu:
         return ecfg.model_copy(update={"tensor_parallel_size": runtime.tensor_parallel_size})
     if binding is None:

@@ -427,10 +427,8 @@ def _validate_local(todo: list[Row], cfg, sink: Sink) -> list[tuple[Row, object]
 def _build_engine(cfg):
     from judgeforge.judge import engines
 
-    # Batch grading wants the throughput engine for every batch: a warm start would keep the first
-    # (large) batches on the warm-start engine after the configured one is up.
     try:
-        return engines.build_engine(cfg.engine.model_copy(update={"warm_start": None}))
+        return engines.build_engine(cfg.engine.for_batches())
     except (engines.EngineError, ImportError, OSError, ValueError) as e:
         raise GradeError(f"cannot start the --local engine ({cfg.engine.kind}): {e}", EXIT_UNREACHABLE) from e
 

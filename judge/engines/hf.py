@@ -1,9 +1,10 @@
 """The transformers engine: the same contract on plain `generate`, for machines without vLLM.
 
 Requests with equal sampling settings are batched (left padding); each prompt's N samples are N
-repeated rows. A request alone (the server's, `load_judge`'s) prefills its prompt once and gives each of
-its N rows a copy of that cache. Then every sample's score is completed as the vLLM engine does (judge.completion):
-the prompt is prefilled once per request into a `DynamicCache`, and each read runs only the tokens
+repeated rows. A request alone (the server's, `load_judge`'s) prefills its prompt once: its N rows each
+get a copy of that cache, and its completion reads run on it too. Then every sample's score is completed
+as the vLLM engine does (judge.completion): the prompt is prefilled once per request into a
+`DynamicCache` (a batch's requests each prefill their own), and each read runs only the tokens
 after the prompt (kept generated ids, `[RESULT] `, the read's node) on that cache, which is cropped
 back afterwards; reads along one path share a forward pass. The read is the float32 log-softmax of
 the raw logits over the full vocabulary. Score-only requests (`feedback=False`) generate nothing.
@@ -99,11 +100,12 @@ class TransformersEngine(JudgeEngine):
                 chunk = group[k:k + self.cfg.batch_size]
                 reqs = [requests[i] for i in chunk]
                 with self._lock:
-                    drafts = (self._generate_batch(reqs, cancel) if reqs[0].feedback else
+                    cache = self._prompt_cache(reqs[0]) if len(reqs) == 1 else None
+                    drafts = (self._generate_batch(reqs, cancel, cache) if reqs[0].feedback else
                               [[(Sample(text="", finish_reason="score_only"), [])] for _ in reqs])
                     for i, r, d in zip(chunk, reqs, drafts):
                         if r.complete:
-                            self._complete(r, d, cancel)
+                            self._complete(r, d, cancel, cache)
                         samples = [s for s, _ in d]
                         out[i] = samples if r.feedback else samples * r.n
         return out  # type: ignore[return-value]
@@ -129,8 +131,8 @@ class TransformersEngine(JudgeEngine):
         if cancel is not None and cancel.is_set():
             raise asyncio.CancelledError()
 
-    def _generate_batch(self, reqs: list[SampleRequest], cancel: threading.Event | None
-                        ) -> list[list[Draft]]:
+    def _generate_batch(self, reqs: list[SampleRequest], cancel: threading.Event | None,
+                        cache=None) -> list[list[Draft]]:
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
@@ -155,26 +157,40 @@ class TransformersEngine(JudgeEngine):
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         with torch.inference_mode(), self._adapter(req.adapter):
-            if len(reqs) == 1 and req.n > 1:
-                kwargs["past_key_values"] = self._shared_prefill(req.prompt_ids, req.n)
+            if cache is not None:
+                kwargs["past_key_values"] = self._rows_cache(cache, req.n)
             seqs = self.model.generate(**enc, **kwargs)
         self._check(cancel)
         drafts = [self._draft(row) for row in seqs[:, enc["input_ids"].shape[1]:].tolist()]
         return [drafts[i * req.n:(i + 1) * req.n] for i in range(len(reqs))]
 
-    def _shared_prefill(self, prompt: list[int], n: int):
-        """One request's N rows share their prompt: prefill it once and give each row a copy of its
-        cache (the last prompt token is left to `generate`, which runs only what the cache lacks).
-        N copies of the prompt cost N prefills, most of a short judgment's time on a CPU
-        (bench/RESULTS.md, transformers n=5)."""
+    def _prompt_cache(self, req: SampleRequest):
+        """A lone request's prompt prefilled once, for its generation and its completion reads alike
+        (each prefilled it on its own before: two prefills, most of a score-and-feedback grading on a
+        CPU). The last prompt token is left out, so neither `generate` nor a read runs an empty input.
+        None where the request needs no prefill of its own (nothing to generate or complete)."""
+        import torch
         from transformers import DynamicCache
 
+        if not (req.feedback or req.complete):
+            return None
         cache = DynamicCache(config=self.model.config)
+        prompt = list(req.prompt_ids or [])
         if len(prompt) > 1:
-            self.model(input_ids=self._ids(prompt[:-1]), past_key_values=cache, use_cache=True,
-                       logits_to_keep=1)
-            cache.batch_repeat_interleave(n)
+            with torch.inference_mode(), self._adapter(req.adapter):
+                self.model(input_ids=self._ids(prompt[:-1]), past_key_values=cache, use_cache=True,
+                           logits_to_keep=1)
         return cache
+
+    @staticmethod
+    def _rows_cache(cache, n: int):
+        """A copy of the prompt's cache for `generate`'s N rows (`generate` appends to it, and the
+        completion reads still need the prompt alone); `generate` runs only what the cache lacks.
+        N copies of the prompt cost N prefills (bench/RESULTS.md, transformers n=5)."""
+        rows = copy.deepcopy(cache)
+        if n > 1:
+            rows.batch_repeat_interleave(n)
+        return rows
 
     def _draft(self, ids: list[int]) -> Draft:
         """One generated row: cut at the first end-of-turn token (what follows is padding)."""
@@ -186,19 +202,16 @@ class TransformersEngine(JudgeEngine):
         return s, kept
 
     def _complete(self, req: SampleRequest, drafts: list[Draft],
-                  cancel: threading.Event | None) -> None:
-        """Every draft's `choice_logprobs`: the prompt prefilled once, one pass per read path."""
+                  cancel: threading.Event | None, cache=None) -> None:
+        """Every draft's `choice_logprobs`: the prompt prefilled once (or `cache`, the request's
+        `_prompt_cache`), one pass per read path."""
         import torch
-        from transformers import DynamicCache
 
         prompt = list(req.prompt_ids or [])
         done: dict[tuple[int, ...], dict[str, float]] = {}  # equal samples (greedy) share one
+        if cache is None:
+            cache = self._prompt_cache(req)
         with torch.inference_mode(), self._adapter(req.adapter):
-            # The prompt's last token is left out of the cache so a read never runs an empty input.
-            cache = DynamicCache(config=self.model.config)
-            if len(prompt) > 1:
-                self.model(input_ids=self._ids(prompt[:-1]), past_key_values=cache,
-                           use_cache=True, logits_to_keep=1)
             for s, ids in drafts:
                 if tuple(ids) not in done:
                     self._check(cancel)

@@ -329,6 +329,27 @@ def test_transformers_engine_completes_where_the_judge_wrote_its_score(hf_engine
 
 
 @pytest.mark.slow
+def test_transformers_lone_request_prefills_its_prompt_once(hf_engine):
+    """A lone request (a served grading) prefills its prompt once for its N rows and its completion
+    reads alike, and reads what a request of a batch reads with its own prefill."""
+    req = SampleRequest(messages=MSGS, n=2, temperature=0.0, max_tokens=12, adapter="judge_a",
+                        choices=("1", "2", "3", "4", "5"))
+    prompt = len(hf_engine.prepare(req).prompt_ids)
+    lengths: list[int] = []
+    hook = hf_engine.model.get_input_embeddings().register_forward_hook(
+        lambda mod, args, out: lengths.append(args[0].shape[-1]))
+    try:
+        lone = hf_engine.generate([req])[0]
+    finally:
+        hook.remove()
+    assert sum(n >= prompt - 1 for n in lengths) == 1, lengths
+    batched = hf_engine.generate([req, req])[0]  # a batch's requests each prefill their own
+    for a, b in zip(lone, batched):
+        assert a.text == b.text and set(a.choice_logprobs) == set(req.choices)
+        assert max(abs(a.choice_logprobs[c] - b.choice_logprobs[c]) for c in req.choices) < 1e-3
+
+
+@pytest.mark.slow
 def test_transformers_engine_adapters_per_request(hf_engine):
     req = SampleRequest(messages=MSGS, n=1, temperature=0.0, max_tokens=12)
     base, a, b = (hf_engine.generate([SampleRequest(**{**req.__dict__, "adapter": ad})])[0][0].text

@@ -158,3 +158,14 @@ def test_build_engine_hands_off_only_when_warm_start_names_another_kind(monkeypa
     monkeypatch.setattr(HandoffEngine, "__init__", lambda self, c: seen.append(c.warm_start))
     build_engine(EngineConfig(kind="vllm", warm_start="transformers"))
     assert seen == ["transformers"]
+
+
+def test_batch_grading_never_warm_starts():
+    """`grade --local` and a Ray replica grade batches: they build the configured engine alone."""
+    from judgeforge.scale.config import RuntimeConfig
+    from judgeforge.scale.placement import replica_engine_config
+
+    cfg = EngineConfig(kind="vllm", warm_start="transformers")
+    assert cfg.for_batches().warm_start is None and cfg.for_batches().kind == "vllm"
+    assert cfg.warm_start == "transformers"  # the serve config keeps its own
+    assert replica_engine_config(cfg, RuntimeConfig(), None, 2).warm_start is None
