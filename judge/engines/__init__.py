@@ -3,6 +3,9 @@
     engine = build_engine(cfg)   # an EngineConfig, or any config with an `engine` section
     engine.generate([SampleRequest(...)])
 
+    with pool:                   # pool = EnginePool(): equal configs share one open engine
+        ...                      # (a notebook, the test suite); pool.close() ends them
+
 Each engine module imports its framework lazily, on construction: importing this package never
 imports torch or vLLM. `register_engine` adds a kind; a config may also name an engine class of its
 own as `kind: package.module:Class`.
@@ -23,6 +26,7 @@ from typing import Callable
 from judgeforge.config import ConfigError
 from judgeforge.judge.engines.base import *  # noqa: F401,F403  (the contract is this package's API)
 from judgeforge.judge.engines.base import JudgeEngine
+from judgeforge.judge.engines.pool import EnginePool, active_pool  # noqa: F401  (API)
 from judgeforge.judge.registry import Registry, UnknownName
 
 log = logging.getLogger(__name__)
@@ -87,8 +91,14 @@ def _import_class(path: str) -> EngineFactory:
 
 def build_engine(cfg) -> JudgeEngine:
     """The engine named by `cfg.kind` (a ServeConfig's `engine` section is used); with `warm_start`,
-    a HandoffEngine that answers on `warm_start` until `kind` has started."""
+    a HandoffEngine that answers on `warm_start` until `kind` has started. Inside `with EnginePool()`,
+    a lease on that pool's engine for an equal config (judge/engines/pool.py)."""
     cfg = getattr(cfg, "engine", cfg)
+    pool = active_pool()
+    return pool.lease(cfg, _build) if pool is not None else _build(cfg)
+
+
+def _build(cfg) -> JudgeEngine:
     if cfg.warm_start and cfg.warm_start != cfg.kind:
         from judgeforge.judge.engines.handoff import HandoffEngine
 

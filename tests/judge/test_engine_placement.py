@@ -39,7 +39,8 @@ if __name__ == "__main__":
     from judgeforge.judge.items import GradeItem
     from judgeforge.judge.judge import Judge
 
-    cfg = EngineConfig(kind="vllm", model=sys.argv[1], kv_cache_gb=1, max_model_len=2048)
+    # Eager: the binding is decided before the model loads; a compile warm-up adds minutes, not checks.
+    cfg = EngineConfig(kind="vllm", model=sys.argv[1], kv_cache_gb=1, max_model_len=2048, enforce_eager=True)
     with build_engine(cfg) as eng:
         g = Judge(eng, SamplingConfig(n=1, feedback=False)).grade([GradeItem("Say hi.", "Hi!", rubric_preset("helpfulness"))])[0]
         workers = [p for p in psutil.Process().children(recursive=True) if "Worker" in " ".join(p.cmdline())]

