@@ -21,6 +21,7 @@ layer's (judge/weights.py), since merging needs PEFT and the adapters' metadata.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -159,8 +160,39 @@ def convert_gguf(gguf_path: Path, out_dir: Path, chat_template: str | None = Non
     so the weights are moved into a fresh model built from the same config.
     `chat_template` and `stop_tokens`: see EmbeddedBase.
     """
+    with _one_gguf_parse():
+        _convert_gguf(gguf_path, out_dir, chat_template, stop_tokens)
+
+
+@contextlib.contextmanager
+def _one_gguf_parse():
+    """Within the block, each GGUF path is parsed once. transformers parses the whole file on every
+    `from_pretrained(gguf_file=...)` (tokenizer, config, model: four parses, and ours for the BOS flag),
+    and a parse makes a numpy view per vocabulary entry: ~19 s for Gemma 3's 262k tokens on 2 cores,
+    most of a conversion. transformers imports `gguf.GGUFReader` at call time, so it sees this one."""
+    import gguf
+
+    real, parsed = gguf.GGUFReader, {}
+
+    def reader(path, mode="r"):
+        key = (str(path), mode)
+        if key not in parsed:
+            parsed[key] = real(path, mode)
+        return parsed[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = real
+
+
+def _convert_gguf(gguf_path: Path, out_dir: Path, chat_template: str | None,
+                  stop_tokens: tuple[str, ...]) -> None:
+    import copy
+
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, fname = str(gguf_path.parent), gguf_path.name
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
@@ -171,7 +203,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, chat_template: str | None = Non
 
         tok.chat_template = getattr(chat_template_utils, chat_template)
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
-    config = AutoConfig.from_pretrained(folder, gguf_file=fname)
+    config = copy.deepcopy(loaded.config)
     config.torch_dtype = torch.float32
     if hasattr(config, "quantization_config"):
         del config.quantization_config

@@ -172,3 +172,22 @@ def test_gemma3_270m_is_a_plain_gemma3_checkpoint_with_its_tokenizer(gemma_dir):
     out = model.generate(**batch, max_new_tokens=4, do_sample=False)
     assert "6" in tok.decode(out[0, batch["input_ids"].shape[1]:])  # a working LM, not noise
     assert resolve_model("gemma3-270m") == str(gemma_dir)
+
+
+def test_a_conversion_parses_each_gguf_once(tmp_path):
+    """transformers parses the GGUF on each of its from_pretrained calls (19 s a parse for Gemma's
+    vocabulary on 2 cores): inside the conversion one parse per file is reused, and only there."""
+    import gguf
+
+    path = tmp_path / "tiny.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    real = gguf.GGUFReader
+    with models._one_gguf_parse():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(str(path)) is first and models._gguf_adds_bos(path)
+    assert gguf.GGUFReader is real and gguf.GGUFReader(path) is not first
