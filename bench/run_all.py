@@ -61,6 +61,8 @@ BENCHES = (  # cheap ones first, the retraining ones last
     Bench("prefill", "prefill_bench.py", ("--previous", "794fd94"), needs=("commit:794fd94",)),
     Bench("eval_vs_previous", "eval_vs_previous.py", ("--previous", "2010ce7"), needs=("commit:2010ce7",)),
     Bench("start", "start_bench.py", ("--previous", "5405e57"), needs=("commit:5405e57",)),
+    Bench("prepare", "prepare_bench.py"),
+    Bench("suite", "suite_bench.py", ("--previous", "ed1b6d8"), needs=("commit:ed1b6d8",)),
     Bench("peer_prometheus_eval", "peer_prometheus_eval.py", needs=("peer",)),
     Bench("train", "train_bench.py", ("--markdown",), write=None),
     Bench("train_precision", "train_precision_bench.py"),
