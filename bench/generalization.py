@@ -140,7 +140,7 @@ def table(args) -> str:
     report = merge(kept, ROOT / "merged")
     m = Metrics(recompute(report, plots=False))
     shutil.copy2(report / "report.md", RESULTS / "report.md")
-    text = "\n".join(table_lines(m, costs)) + "\n"
+    text = "\n".join(table_lines(m, costs) + length_lines(m)) + "\n"
     (RESULTS / "generalization.md").write_text(text)
     sys.stdout.write(text)
     return text
@@ -195,6 +195,40 @@ def table_lines(m: Metrics, costs: dict[str, dict]) -> list[str]:
         f"Variant `{v}`; worse = the paired interval is below 0. Cost: both judges, engine starts included "
         f"(≥: vLLM's workers not counted). CPU {'; '.join(f'{label[c]}: {c}' for c in cpus)}. "
         "`python bench/generalization.py run --sets ...` then `python bench/generalization.py table`."]
+
+
+def length_lines(m: Metrics) -> list[str]:
+    """Per set, each judge's length bias beside the reference's (eval/length.py, docs/evaluation.md):
+    absolute sets r(score, length) and the reference's own r; pairwise sets the accuracy on the pairs
+    where the reference prefers the shorter response, where it prefers the longer, and the
+    length-controlled accuracy (AlpacaEval's regression read at zero length difference)."""
+    base = m.meta["baseline"]
+    judges = [base] + [j for j in m.judges if j != base]
+    v = "score_only" if "score_only" in m.variants else m.primary_variant
+    head = ["set", "figure", "reference", *judges]
+    rows = []
+    for s in m.sets():
+        lb = {j: (m.result(j, s["name"], v, **({} if s["kind"] == "absolute" else {"mode": "absolute"})) or {}
+                  ).get("length") or {} for j in judges}
+        if not any(lb.values()):  # graded without response lengths
+            continue
+        if s["kind"] == "absolute":
+            ref = next((x["reference"] for x in lb.values() if x.get("reference")), {})
+            rows.append([s["name"], "r(score, length)", _ci(ref.get("value"), ref.get("lo"), ref.get("hi")),
+                         *[_ci(*(lb[j].get("judge", {}).get(k) for k in ("value", "lo", "hi"))) for j in judges]])
+            continue
+        pref = next((x["reference_prefers_longer"] for x in lb.values() if x.get("reference_prefers_longer")), {})
+        for key, what in (("shorter", "accuracy, shorter preferred"), ("longer", "accuracy, longer preferred"),
+                          ("controlled", "accuracy, length-controlled")):
+            n = next((lb[j][key].get("n") for j in judges if lb[j].get(key, {}).get("n")), None)
+            rows.append([s["name"], what + (f" (n {n})" if n else ""),
+                         f"prefers longer {_ci(pref.get('value'), pref.get('lo'), pref.get('hi'))}" if key == "shorter" else "",
+                         *[_ci(*(lb[j].get(key, {}).get(k) for k in ("value", "lo", "hi"))) for j in judges]])
+    if not rows:
+        return []
+    return ["", "Length bias (variant `" + v + "`; eval/length.py, docs/evaluation.md \"Length bias\"; per-judge "
+            "95% bootstrap intervals, not paired across judges):", "",
+            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def main(argv: list[str] | None = None) -> int:

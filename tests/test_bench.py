@@ -272,6 +272,32 @@ def test_generalization_table_merges_one_set_runs_into_the_report_one_run_would_
         g.main(["table"])
 
 
+def test_generalization_table_has_each_judges_length_bias_beside_the_references(bench, monkeypatch, tmp_path):
+    import json
+
+    from testing.records import synthetic_predictions
+
+    g = bench("generalization")
+    monkeypatch.setattr(g, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(g, "ROOT", tmp_path / "runs")
+    monkeypatch.setattr(g, "shipped", lambda: {"adapter_sha256": "shipped"})
+    s = {"name": "heldout", "kind": "absolute", "role": "mimic", "reference": "gpt-4", "n_items": 40,
+         "n_available": 40, "source": "synthetic", "scale": [1, 5]}
+    preds = [r for judge, seed in (("base", 1), ("default-judge", 2))
+             for r in synthetic_predictions(40, judge=judge, set_name="heldout", seed=seed)]
+    for r in preds:
+        r["length"] = 20 + 7 * int(r["item_id"][-2:]) % 90  # judge-independent, as add_lengths counts it
+    _one_set_report(tmp_path / "results" / "heldout", preds, [s])
+    text = g.table(types.SimpleNamespace(allow_stale=False))
+    lines = text.split("Length bias", 1)[1].splitlines()
+    row = next(line for line in lines if line.startswith("| heldout | r(score, length) |"))
+    m = json.loads((tmp_path / "runs" / "merged" / "metrics.json").read_text())["results"]
+    want = [m["base"]["heldout"]["n1"]["length"]["reference"]] + [
+        m[j]["heldout"]["n1"]["length"]["judge"] for j in ("base", "default-judge")]
+    assert row.split(" | ")[2:] == [f"{x['value']:.3f} [{x['lo']:.3f}, {x['hi']:.3f}]" for x in want[:-1]] + [
+        f"{want[-1]['value']:.3f} [{want[-1]['lo']:.3f}, {want[-1]['hi']:.3f}] |"]
+
+
 def test_generalization_run_keeps_each_set_and_skips_the_kept(bench, monkeypatch, tmp_path):
     import shutil
 
