@@ -168,6 +168,10 @@ class DistillSection(Config):
     target 0.5 (pulls their expected scores together)."""
     max_pairs: int | None = None
     """At most this many pairs (a seeded draw, `seed`); None: all."""
+    length_balance: bool = False
+    """Repeat (seeded, with replacement) the pairs on the rarer side of length, preferred-shorter or
+    preferred-longer, until both count the same (train/ranking.length_balance): the ranking loss can then
+    not be lowered by preferring the longer response. Counted in distill.json (`length_repeats`)."""
     batch_pairs: int = Field(2, gt=0)
     """Pairs per micro-step (two score-only forward sequences each), drawn in seeded epochs of the pairs."""
 

@@ -81,6 +81,11 @@ def prepare_pairs(cfg, tokenizer, records: list[dict]) -> PairFeed:
     if not kept:
         raise ConfigError(f"distill: no preference pairs to train on ({counts}); distill.sources (or the "
                           "training mix) must hold relative records of decisive pairs")
+    if d.length_balance:  # repeats are draws of kept pairs, not records: outside the record buckets
+        order = ranking.length_balance([(len(a), len(b)) for a, b in zip(firsts, seconds)],
+                                       [p.target for p in kept], cfg.seed)
+        kept, firsts, seconds = ([xs[i] for i in order] for xs in (kept, firsts, seconds))
+        counts["length_repeats"] = len(order) - counts["pairs"]
     log.info("distill: %d pairs from %d records (%s)", len(kept), counts["records"], counts)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return PairFeed(kept, firsts, seconds, readout, d.weight, d.sigma, d.batch_pairs, cfg.seed, pad, counts)

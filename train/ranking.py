@@ -138,3 +138,20 @@ def _epoch_order(n: int, seed: int, epoch: int) -> tuple[int, ...]:
     order = list(range(n))
     random.Random(f"{seed}:distill:{epoch}").shuffle(order)
     return tuple(order)
+
+
+def length_balance(lengths: Sequence[tuple[int, int]], targets: Sequence[float], seed: int) -> list[int]:
+    """Indices of the pairs to train on: each pair once, plus seeded repeats (drawn with replacement) of
+    the pairs on the rarer side until as many pairs prefer the shorter response as the longer one.
+    `lengths`: per pair (preferred, other) in tokens, `targets`: P(first better). GPT-4 prefers the
+    longer response in most pairs, so a ranking loss on them alone is lowered by preferring length;
+    balanced, length no longer predicts the preferred side (issue 31). Kept ties (target 0.5) and pairs
+    of equal length are never repeated."""
+    if len(lengths) != len(targets):
+        raise ValueError("lengths and targets differ in length")
+    decided = [(i, a, b) for i, ((a, b), t) in enumerate(zip(lengths, targets)) if t > 0.5 and a != b]
+    shorter = [i for i, a, b in decided if a < b]
+    longer = [i for i, a, b in decided if a > b]
+    few, many = sorted((shorter, longer), key=len)
+    extra = random.Random(f"{seed}:length").choices(few, k=len(many) - len(few)) if few else []
+    return list(range(len(lengths))) + sorted(extra)

@@ -30,6 +30,30 @@ def test_expected_score_lies_on_the_scale(lps):
     assert R.distribution(np.asarray(lps)).sum() == pytest.approx(1.0)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(1, 50), st.sampled_from([0.5, 0.75, 1.0])),
+                max_size=40), st.integers(0, 5))
+def test_length_balance_repeats_the_rarer_side_until_both_count_the_same(pairs, seed):
+    lengths, targets = [(a, b) for a, b, _ in pairs], [t for _, _, t in pairs]
+    order = R.length_balance(lengths, targets, seed)
+    assert sorted(set(order)) == list(range(len(pairs))) and order[:len(pairs)] == list(range(len(pairs)))
+    side = lambda i: ("tie" if targets[i] == 0.5 or lengths[i][0] == lengths[i][1]
+                      else "shorter" if lengths[i][0] < lengths[i][1] else "longer")
+    sides = [side(i) for i in order]
+    if "shorter" in sides and "longer" in sides:  # both present: balanced exactly
+        assert sides.count("shorter") == sides.count("longer")
+    else:  # nothing to repeat from (or no need): every pair once
+        assert len(order) == len(pairs)
+    assert all(side(i) != "tie" for i in order[len(pairs):])  # ties and equal lengths never repeat
+    assert order == R.length_balance(lengths, targets, seed)  # seeded
+
+
+def test_length_balance_refuses_mismatched_inputs():
+    with pytest.raises(ValueError):
+        R.length_balance([(1, 2)], [], 0)
+
+
+
 def test_expected_score_of_a_certain_value_is_that_value():
     assert R.expected_score(np.array([-50.0, 0.0, -50.0]), [1, 2, 3]) == pytest.approx(2.0)
     assert R.expected_score(np.zeros(5), [1, 2, 3, 4, 5]) == pytest.approx(3.0)
@@ -178,6 +202,32 @@ def distill_config(model, data, out, *overrides):
         "lora.r=8", "lora.alpha=16", "lora.dropout=0.0", "lora.target_modules=[q_proj,v_proj,lm_head]",
         "optim.gradient_checkpointing=false", "tracking.wandb=false", "distill.enabled=true",
         "distill.batch_pairs=6", *overrides])
+
+
+@pytest.mark.slow
+def test_length_balanced_feed_prefers_the_shorter_as_often_as_the_longer(tiny_llama, pair_build, tmp_path):
+    from transformers import AutoTokenizer
+
+    from judgeforge.io import read_jsonl
+    from judgeforge.train.distill import prepare_pairs
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    records = read_jsonl(pair_build / "train.jsonl")
+    # That build prefers the shorter response in every pair: make its first pair's preferred one longer.
+    first = next(r for r in records if r.get("mode") == "relative")
+    same = [r for r in records if {r["response_a"], r["response_b"]} == {first["response_a"], first["response_b"]}]
+    won = first["response_a"] if first["verdict"] == "A" else first["response_b"]
+    for r in same:
+        for side in ("response_a", "response_b"):
+            if r[side] == won:
+                r[side] = won + " More detail." * 40
+    plain = prepare_pairs(distill_config(tiny_llama, pair_build, tmp_path / "a"), tok, records)
+    feed = prepare_pairs(distill_config(tiny_llama, pair_build, tmp_path / "b", "distill.length_balance=true"),
+                         tok, records)
+    sides = [(len(a) > len(b)) - (len(a) < len(b)) for a, b in zip(feed.first_ids, feed.second_ids)]
+    assert sides.count(1) == sides.count(-1) > 0  # the preferred side: longer as often as shorter
+    assert feed.counts == {**plain.counts, "length_repeats": len(feed.pairs) - len(plain.pairs)}
+    assert feed.pairs[:len(plain.pairs)] == plain.pairs  # every pair once, then the repeats
 
 
 @pytest.mark.slow
