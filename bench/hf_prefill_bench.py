@@ -36,7 +36,7 @@ def patch(arm: str) -> None:
     """Turn the engine back into what the arm measures (`one` is the engine as shipped)."""
     from judgeforge.judge.engines.hf import TransformersEngine as E
 
-    E._rows_cache = ORIG["rows"] if arm != "copies" else staticmethod(lambda cache, n: None)
+    E._rows_cache = ORIG["rows"] if arm != "copies" else staticmethod(lambda cache, n, keep: None)
     E._complete = ORIG["complete"] if arm == "one" else (
         lambda self, req, drafts, cancel, cache=None: ORIG["complete"](self, req, drafts, cancel))
 

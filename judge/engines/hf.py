@@ -158,7 +158,7 @@ class TransformersEngine(JudgeEngine):
             kwargs.update(temperature=None, top_p=None, top_k=None)
         with torch.inference_mode(), self._adapter(req.adapter):
             if cache is not None:
-                kwargs["past_key_values"] = self._rows_cache(cache, req.n)
+                kwargs["past_key_values"] = self._rows_cache(cache, req.n, keep=req.complete)
             seqs = self.model.generate(**enc, **kwargs)
         self._check(cancel)
         drafts = [self._draft(row) for row in seqs[:, enc["input_ids"].shape[1]:].tolist()]
@@ -183,11 +183,11 @@ class TransformersEngine(JudgeEngine):
         return cache
 
     @staticmethod
-    def _rows_cache(cache, n: int):
-        """A copy of the prompt's cache for `generate`'s N rows (`generate` appends to it, and the
-        completion reads still need the prompt alone); `generate` runs only what the cache lacks.
-        N copies of the prompt cost N prefills (bench/RESULTS.md, transformers n=5)."""
-        rows = copy.deepcopy(cache)
+    def _rows_cache(cache, n: int, keep: bool):
+        """The prompt's cache for `generate`'s N rows, which runs only what the cache lacks (N copies of
+        the prompt cost N prefills: bench/RESULTS.md, transformers n=5). `generate` appends to it in
+        place, so where the completion reads still need the prompt alone (`keep`) it gets a copy."""
+        rows = copy.deepcopy(cache) if keep else cache
         if n > 1:
             rows.batch_repeat_interleave(n)
         return rows
