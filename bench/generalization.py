@@ -4,6 +4,8 @@ configs/eval/generalization.yaml, one `judgeforge eval` run per set.
     python bench/generalization.py run --sets vicuna_bench,hhh_alignment --max-items vicuna_bench=160
     python bench/generalization.py run --sets autoj --max-items autoj=500 --ray   # resumable mid-set
     python bench/generalization.py table     # merge the committed sets: report + table markdown
+    python bench/generalization.py candidate --name scorepairs-r6 --adapter runs/curve/choices/scorepairs-r6/train
+    python bench/generalization.py candidates --name scorepairs-r6   # its table against the shipped judge
 
 The whole config is ~6,000 gradings per judge, hours on a CPU, so it is run a set at a time: each
 set's report (predictions, metrics, config, report.md, cost.json with its CPU seconds) is copied to
@@ -235,6 +237,107 @@ def length_lines(m: Metrics) -> list[str]:
             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
+CANDIDATES = RESULTS / "candidates"
+"""A candidate judge graded alone on the kept sets' items, compared paired with the kept judges there."""
+
+
+def candidate_config(name: str, set_names: list[str], adapter: str) -> dict:
+    """The sets' config with each kept set's subset size (so its items exactly), graded in one run (one
+    engine start) by the candidate alone: the shipped judge's engine on the base model, with the
+    candidate's adapter merged."""
+    sets = []
+    for set_name in set_names:
+        kept = yaml.safe_load((RESULTS / set_name / "config.yaml").read_text())
+        sets += set_config(set_name, next(s for s in kept["sets"] if s["name"] == set_name).get("max_items"))["sets"]
+    cfg = yaml.safe_load(CONFIG.read_text())
+    engine = next(j for j in cfg["judges"] if j["name"] == "default-judge")["engine"]
+    return {**cfg, "sets": sets, "out": str(ROOT / "candidates" / name),
+            "judges": [{"name": name, "adapter": str(adapter), "engine": {**engine, "model": "default"}}]}
+
+
+def candidate(args) -> None:
+    """Grade a candidate judge (an adapter) on the kept sets in one run, keep its report in
+    bench/results/generalization/candidates/<name>/, and compare it per set, paired, with the shipped judge
+    and the base there (`judgeforge eval compare --judges`), so round 5 is never regraded."""
+    now_sha = shipped()["adapter_sha256"]
+    names = args.sets.split(",") if args.sets else [d.name for d in sorted(RESULTS.iterdir())
+                                                      if (d / "metrics.json").is_file()]
+    for set_name in names:
+        was = json.loads((RESULTS / set_name / "cost.json").read_text()).get("default_judge", {}).get("adapter_sha256")
+        if was != now_sha:
+            raise SystemExit(f"{set_name} is kept for another default-judge than the shipped one: "
+                             f"`python bench/generalization.py run --sets {set_name}` first")
+    kept, out = CANDIDATES / args.name, ROOT / "candidates"
+    if not (kept / "metrics.json").is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"{args.name}.yaml"
+        path.write_text(yaml.safe_dump(candidate_config(args.name, names, args.adapter), sort_keys=False))
+        cost = out / f"{args.name}.cost.json"
+        timed([*JF, "eval", "--config", str(path), *(RESUMABLE if args.ray else [])], cost, args.name)
+        kept.mkdir(parents=True, exist_ok=True)
+        for f in KEEP:
+            shutil.copy2(out / args.name / f, kept / f)
+        c = json.loads(cost.read_text())
+        c.update(cpu=cpu(), date=now(), adapter=str(args.adapter), sets=names, default_judge=shipped())
+        (kept / "cost.json").write_text(json.dumps(c, indent=2))
+    (kept / "vs").mkdir(exist_ok=True)
+    for set_name in names:
+        for judge in ("default-judge", "base"):
+            stem = kept / "vs" / f"{set_name}-vs-{judge}"
+            timed([*JF, "eval", "compare", str(RESULTS / set_name), str(kept), "--judges", f"{judge}:{args.name}",
+                   "--out", f"{stem}.md", "--json", f"{stem}.json"], out / f"{args.name}.compare.cost.json",
+                  f"{set_name}-vs-{judge}")
+
+
+def _row_of(kept: Path, set_name: str, judge: str, variant: str) -> dict:
+    rows = json.loads((kept / "vs" / f"{set_name}-vs-{judge}.json").read_text())
+    return next(r for r in rows if r["variant"] == variant and r["set"] == set_name)
+
+
+def _paired_ci(d: dict | None) -> str:
+    d = d or {}
+    return _ci(d.get("diff"), d.get("lo"), d.get("hi"))
+
+
+def candidates(args) -> str:
+    """candidates/<name>/table.md: per kept set, the shipped judge, the candidate, their paired
+    difference, and the candidate's length-bias and 3-way figures beside the shipped judge's."""
+    v = "score_only"
+    head = ["set", "metric", "n", "default-judge (round 5)", args.name, "Δ vs round 5 [paired 95% CI]",
+            "Δ vs base [paired 95% CI]", "shorter preferred: Δ vs round 5 / vs base [paired]",
+            "r(score, length) or 3-way: round 5 → candidate"]
+    rows = []
+    kept = CANDIDATES / args.name
+    if not (kept / "metrics.json").is_file():
+        raise SystemExit(f"no candidate {args.name!r} in {CANDIDATES}: `python bench/generalization.py candidate` first")
+    mc = Metrics.load(kept)
+    for s in mc.sets():
+        name = s["name"]
+        r5, rb = _row_of(kept, name, "default-judge", v), _row_of(kept, name, "base", v)
+        ms = Metrics.load(RESULTS / name)
+        mode = {} if s["kind"] == "absolute" else {"mode": "absolute"}
+        rc, rs = (m.result(j, name, v, **mode) or {} for m, j in ((mc, args.name), (ms, "default-judge")))
+        if s["kind"] == "absolute":
+            extra = f"{_ci_of(rs.get('length', {}).get('judge'))} → {_ci_of(rc.get('length', {}).get('judge'))}"
+        else:
+            extra = f"3-way {_ci_of(_three(rs))} → {_ci_of(_three(rc))}"
+        short = " / ".join(_paired_ci((r["paired"] or {}).get("shorter_preferred")) for r in (r5, rb))
+        rows.append([name, r5["metric"], str((r5["paired"] or {}).get("n", "-")), _f(r5["a"]), _f(r5["b"]),
+                     _paired_ci(r5["paired"]), _paired_ci(rb["paired"]),
+                     short if s["kind"] != "absolute" else "", extra])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    text = "\n".join(lines + ["", f"Variant `{v}`; paired bootstrap over the same items (`judgeforge eval compare "
+                              f"--judges`); `python bench/generalization.py candidates --name {args.name}`."]) + "\n"
+    (CANDIDATES / args.name / "table.md").write_text(text)
+    sys.stdout.write(text)
+    return text
+
+
+def _three(r: dict) -> dict | None:
+    t = r.get("three_way")
+    return {"value": t["accuracy"], "lo": t["lo"], "hi": t["hi"]} if t else None
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     p = argparse.ArgumentParser(prog="generalization.py", description=__doc__.split("\n\n")[0])
@@ -246,8 +349,15 @@ def main(argv: list[str] | None = None) -> int:
                    "its journal (the large Auto-J and PandaLM sets)")
     t = sub.add_parser("table", help="merge the kept sets into one report and write generalization.md")
     t.add_argument("--allow-stale", action="store_true", help="merge sets graded with an earlier default-judge")
+    c = sub.add_parser("candidate", help="grade a candidate adapter on the kept sets, paired with round 5 there")
+    c.add_argument("--name", required=True, help="its judge name and dir: candidates/<name>/")
+    c.add_argument("--adapter", required=True, help="a `judgeforge train` run dir or adapter dir")
+    c.add_argument("--sets", help="comma-separated kept sets (default: every kept set)")
+    c.add_argument("--ray", action="store_true", help="grade on one Ray replica (resumable mid-set)")
+    ct = sub.add_parser("candidates", help="a candidate's table against the shipped judge")
+    ct.add_argument("--name", required=True)
     args = p.parse_args(argv)
-    {"run": run, "table": table}[args.cmd](args)
+    {"run": run, "table": table, "candidate": candidate, "candidates": candidates}[args.cmd](args)
     return 0
 
 

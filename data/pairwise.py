@@ -27,6 +27,7 @@ Pure logic: no torch, no vLLM.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 import re
@@ -339,7 +340,10 @@ class Pair:
     """P(first better): the share of the pair's judgments preferring it (>= 0.5: `first` is preferred)."""
     judgments: int
     ids: list[str] = field(default_factory=list)
-    """The relative records aggregated into this pair."""
+    """The records aggregated into this pair."""
+    origin: str = "relative"
+    """`relative`: GPT-4 compared the two (relative records); `scores`: two absolutely graded responses to
+    one item, ordered by GPT-4's scores (`score_pairs`)."""
 
 
 def _pair_key(rec: dict) -> str:
@@ -348,21 +352,27 @@ def _pair_key(rec: dict) -> str:
 
 
 def build_pairs(records: Sequence[dict], ties: str = SKIP_TIES, max_pairs: int | None = None,
-                seed: int = 0) -> tuple[list[Pair], dict]:
+                seed: int = 0, from_scores: Sequence[int] | None = None) -> tuple[list[Pair], dict]:
     """Pairs from relative (pairwise) records, one per unordered pair of responses to one instruction:
     both orders of a swapped pair, a split tie's two halves and repeated judgments are one pair whose
     target is the share of its judgments preferring the response first in sort order, then turned so
     the preferred response is `first`. Balanced pairs are ties: skipped, or kept with target 0.5.
+    `from_scores` (a scale, e.g. (1, 10)): absolute records on that scale are paired too (`score_pairs`).
 
-    Every record ends in one bucket of the counts: absolute (no pair), tie (skipped), over_max_pairs
-    (not drawn) or paired; `pairs` is how many pairs were made."""
+    Every record ends in one bucket of the counts: absolute (no pair), scored (an absolute record that
+    another response to its item was paired with), tie (skipped), over_max_pairs (not drawn) or paired.
+    `pairs` is how many pairs were made, `score_pairs` how many of them came from scores; a scored record
+    is in every pair of its response, so pairs from scores are counted as pairs (`score_ties`,
+    `score_over_max_pairs`), not as records."""
     if ties not in (SKIP_TIES, HALF_TIES):
         raise ValueError(f"ties must be {SKIP_TIES!r} or {HALF_TIES!r}, got {ties!r}")
-    counts = {"records": len(records), "absolute": 0, "tie": 0, "over_max_pairs": 0, "paired": 0, "pairs": 0}
+    counts = {"records": len(records), "absolute": 0, "scored": 0, "tie": 0, "over_max_pairs": 0, "paired": 0,
+              "pairs": 0, "score_pairs": 0, "score_ties": 0, "score_over_max_pairs": 0}
     groups: dict[str, list[dict]] = {}
+    absolute = []
     for rec in records:
         if rec.get("mode") != "relative" or rec.get("verdict") not in ("A", "B"):
-            counts["absolute"] += 1
+            absolute.append(rec)
             continue
         groups.setdefault(_pair_key(rec), []).append(rec)
     pairs = []
@@ -372,13 +382,54 @@ def build_pairs(records: Sequence[dict], ties: str = SKIP_TIES, max_pairs: int |
             counts["tie"] += len(recs)
             continue
         pairs.append(pair)
+    scored, counts["score_ties"], counts["scored"] = (score_pairs(absolute, from_scores, ties) if from_scores
+                                                            else ([], 0, 0))
+    counts["absolute"] = len(absolute) - counts["scored"]
+    pairs += scored
     if max_pairs is not None and len(pairs) > max_pairs:
         keep = set(random.Random(f"{seed}:pairs").sample(range(len(pairs)), max_pairs))
-        counts["over_max_pairs"] = sum(p.judgments for i, p in enumerate(pairs) if i not in keep)
+        dropped = [p for i, p in enumerate(pairs) if i not in keep]
+        counts["over_max_pairs"] = sum(p.judgments for p in dropped if p.origin == "relative")
+        counts["score_over_max_pairs"] = sum(p.origin == "scores" for p in dropped)
         pairs = [p for i, p in enumerate(pairs) if i in keep]
-    counts["paired"] = sum(p.judgments for p in pairs)
+    counts["paired"] = sum(p.judgments for p in pairs if p.origin == "relative")
     counts["pairs"] = len(pairs)
+    counts["score_pairs"] = sum(p.origin == "scores" for p in pairs)
     return pairs, counts
+
+
+def score_pairs(records: Sequence[dict], scale: Sequence[int], ties: str = SKIP_TIES) -> tuple[list[Pair], int, int]:
+    """Pairs of absolutely graded responses to one item (instruction, rubric and reference answer equal,
+    graded on `scale`: the one a pair's prompts are read on), one per unordered pair of responses: P(first better) is the share of (sample of first,
+    sample of second) score pairs where the first scored higher, equal scores counting half. Why: a log of
+    GPT-4 absolute judgments of several response models holds their ranking too, on the very items and
+    prompt the judge is used with. Returns (pairs, balanced pairs skipped, records paired); records
+    without a numeric score or with no other response to their item are not paired."""
+    by_item: dict[str, dict[str, list[dict]]] = {}
+    for rec in records:
+        if (rec.get("mode", "absolute") != "absolute" or not isinstance(rec.get("score"), (int, float))
+                or list(rec.get("scale") or ()) != list(scale)):
+            continue
+        key = json.dumps([rec["instruction"], rec.get("rubric"), rec.get("reference_answer")], sort_keys=True)
+        by_item.setdefault(key, {}).setdefault(rec["response"], []).append(rec)
+    pairs, balanced, paired = [], 0, 0
+    for responses in by_item.values():
+        if len(responses) < 2:
+            continue
+        paired += sum(len(v) for v in responses.values())
+        for a, b in itertools.combinations(sorted(responses), 2):
+            sa, sb = ([r["score"] for r in responses[x]] for x in (a, b))
+            t = sum((x > y) + 0.5 * (x == y) for x in sa for y in sb) / (len(sa) * len(sb))
+            if t == 0.5 and ties == SKIP_TIES:
+                balanced += 1
+                continue
+            first, second, t = (a, b, t) if t >= 0.5 else (b, a, 1.0 - t)
+            r0 = responses[a][0]
+            pairs.append(Pair(instruction=r0["instruction"], first=first, second=second,
+                              rubric=r0.get("rubric") or {}, reference_answer=r0.get("reference_answer"),
+                              target=t, judgments=len(sa) + len(sb),
+                              ids=[r["id"] for r in responses[first] + responses[second]], origin="scores"))
+    return pairs, balanced, paired
 
 
 def _aggregate(recs: list[dict]) -> Pair:

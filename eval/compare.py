@@ -1,7 +1,9 @@
 """`judgeforge eval compare A B`: diff two report directories into a markdown table.
 
 Judges are matched by name; when each report holds a single judge, those two are
-compared whatever their names (base report vs trained report). For absolute sets
+compared whatever their names (base report vs trained report); `--judges A:B` names the
+two to compare (judge A of report A against judge B of report B, e.g. one judge of a
+multi-judge report against a candidate graded on its own). For absolute sets
 and pairwise sets graded absolutely whose predictions cover the same items, the
 difference also gets a paired bootstrap interval (B minus A: Pearson, or pairwise
 accuracy); otherwise only the two values and their difference.
@@ -12,10 +14,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from judgeforge.config import ConfigError
 from judgeforge.judge.prompts import Scale
 from judgeforge.eval.html import compare_html
 from judgeforge.eval.metrics_file import Metrics
-from judgeforge.eval.report import _aligned, _f, _label, _table, paired_on_set
+from judgeforge.eval.report import _aligned, _f, _label, _table, paired_on_set, shorter_preferred
 from judgeforge.io import atomic_write_json, atomic_write_text, read_jsonl
 
 
@@ -24,8 +27,13 @@ def _load(d: str | Path) -> tuple[Metrics, list[dict] | None]:
     return Metrics.load(d), (read_jsonl(preds) if preds.is_file() else None)
 
 
-def _judge_pairs(a: Metrics, b: Metrics) -> list[tuple[str, str]]:
+def _judge_pairs(a: Metrics, b: Metrics, judges: tuple[str, str] | None = None) -> list[tuple[str, str]]:
     ja, jb = a.judges, b.judges
+    if judges is not None:
+        for name, have, side in ((judges[0], ja, "A"), (judges[1], jb, "B")):
+            if name not in have:
+                raise ConfigError(f"report {side} has no judge {name!r}: its judges are {have}")
+        return [judges]
     if len(ja) == 1 and len(jb) == 1:
         return [(ja[0], jb[0])]
     return [(j, j) for j in ja if j in jb]
@@ -46,17 +54,26 @@ def _paired(pa, pb, ja, jb, s, v, boot) -> dict | None:
     ra, rb = sel(pa, ja), sel(pb, jb)
     if len(_aligned(ra, rb)[0]) < 3:
         return None
-    return paired_on_set(s["kind"], ra, rb, v, Scale.parse(s.get("scale") or [1, 5]), boot)
+    scale = Scale.parse(s.get("scale") or [1, 5])
+    out = paired_on_set(s["kind"], ra, rb, v, scale, boot)
+    if s["kind"] != "absolute":  # issue 31: does a judge gain where the reference prefers the shorter answer?
+        short = shorter_preferred(ra)
+        sa, sb = ([r for r in x if r["item_id"] in short] for x in (ra, rb))
+        if len(_aligned(sa, sb)[0]) >= 6:
+            out["shorter_preferred"] = paired_on_set(s["kind"], sa, sb, v, scale, boot)
+    return out
 
 
-def compare_rows(dir_a: str | Path, dir_b: str | Path, n_boot: int = 1000, seed: int = 42) -> list[dict]:
+def compare_rows(dir_a: str | Path, dir_b: str | Path, n_boot: int = 1000, seed: int = 42,
+                 judges: tuple[str, str] | None = None) -> list[dict]:
     """One dict per (judge pair, set, variant): the headline metric of A and B, B - A and, where
-    both graded the same items, the paired bootstrap interval (`paired`: lo, hi, significant...)."""
+    both graded the same items, the paired bootstrap interval (`paired`: lo, hi, significant...).
+    `judges`: (judge of A, judge of B) to compare, instead of matching them by name."""
     a, pa = _load(dir_a)
     b, pb = _load(dir_b)
     boot = {"n_boot": n_boot, "seed": seed}
     rows = []
-    for ja, jb in _judge_pairs(a, b):
+    for ja, jb in _judge_pairs(a, b, judges):
         for s in a.sets():
             if b.set(s["name"]) is None:
                 continue
@@ -85,16 +102,25 @@ def format_rows(dir_a: str | Path, dir_b: str | Path, found: list[dict]) -> str:
         ci = f"[{_f(d['lo'])}, {_f(d['hi'])}]" if has_ci else ""
         sig = ("forgetting" if d["forgetting"] else "yes") if has_ci and d["significant"] else (
             "no" if has_ci else "")
+        short = (d or {}).get("shorter_preferred")
         rows.append([r["set"], f"{r['judge_a']} → {r['judge_b']}", _label(r["variant"]), r["metric"], _f(r["a"]),
-                     _f(r["b"]), _f(r["diff"]), ci, sig, f"{_f(r['no_score_a'])} → {_f(r['no_score_b'])}"])
+                     _f(r["b"]), _f(r["diff"]), ci, sig, f"{_f(r['no_score_a'])} → {_f(r['no_score_b'])}",
+                     f"{_f(short['diff'])} [{_f(short['lo'])}, {_f(short['hi'])}] (n {short['n']})" if short else ""])
     head = ["set", "judges (A → B)", "variant", "metric", "A", "B", "B − A", "paired 95% CI", "significant",
-            "no-score rate A → B"]
+            "no-score rate A → B", "B − A where the reference prefers the shorter [paired 95% CI]"]
     title = [f"# Comparison: `{dir_a}` (A) vs `{dir_b}` (B)", "",
              "Paired CI: bootstrap over the items both reports graded (absolute sets and pairwise sets graded "
              "absolutely, with predictions).", ""]
     if not rows:
         return "\n".join(title + ["No set and judge in common."]) + "\n"
     return "\n".join(title + _table(head, rows))
+
+
+def _judge_names(text: str) -> tuple[str, str]:
+    a, sep, b = text.partition(":")
+    if not (sep and a and b):
+        raise argparse.ArgumentTypeError(f"--judges takes A:B (two judge names), got {text!r}")
+    return a, b
 
 
 def html_path(out: str | Path) -> Path:
@@ -110,10 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="also write the table to this file, and beside it (same stem, .html) the "
                    "table and both reports' plots as one self-contained page")
     p.add_argument("--json", help="also write the rows (values, differences, paired intervals) as JSON here")
+    p.add_argument("--judges", type=_judge_names, metavar="A:B",
+                   help="compare judge A of report A with judge B of report B (default: matched by name)")
     p.add_argument("--n-boot", type=int, default=1000)
     p.add_argument("--seed", type=int, default=42)
     args = p.parse_args(argv)
-    found = compare_rows(args.a, args.b, n_boot=args.n_boot, seed=args.seed)  # bootstrapped once
+    found = compare_rows(args.a, args.b, n_boot=args.n_boot, seed=args.seed, judges=args.judges)  # bootstrapped once
     text = format_rows(args.a, args.b, found)
     if args.out:
         atomic_write_text(args.out, text)

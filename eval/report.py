@@ -239,6 +239,18 @@ def _pair_lengths(modes: dict) -> dict[str, tuple]:
     return out
 
 
+def shorter_preferred(recs: list[dict]) -> set[str]:
+    """Ids of the pairs (absolute-mode units) where the reference prefers the shorter response: decisive,
+    both lengths known and unequal (eval.length.pairwise_length's `shorter` pairs)."""
+    _, by = _pairs(recs)
+    out = set()
+    for i, (la, lb) in _pair_lengths({"absolute": recs}).items():
+        human = by[i]["a"]["human"]
+        if la is not None and lb is not None and la != lb and human in ("a", "b") and (human == "a") == (la < lb):
+            out.add(i)
+    return out
+
+
 def _add_pair_length(rep: dict, ids: list[str], choices: list, human: list[str], lengths: dict,
                      boot: dict) -> None:
     """rep['length']: accuracy where the reference prefers the shorter/longer response and the

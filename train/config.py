@@ -168,6 +168,10 @@ class DistillSection(Config):
     target 0.5 (pulls their expected scores together)."""
     max_pairs: int | None = None
     """At most this many pairs (a seeded draw, `seed`); None: all."""
+    score_pairs: bool = False
+    """Also pair the absolute records of `sources` (or the mix): two responses to one item graded on
+    `scale`, P(first better) from GPT-4's scores (data.pairwise.score_pairs). A log of several response
+    models' absolute judgments holds their ranking on the very prompt the judge is used with."""
     length_balance: bool = False
     """Repeat (seeded, with replacement) the pairs on the rarer side of length, preferred-shorter or
     preferred-longer, until both count the same (train/ranking.length_balance): the ranking loss can then

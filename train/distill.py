@@ -66,21 +66,24 @@ def prepare_pairs(cfg, tokenizer, records: list[dict]) -> PairFeed:
     """Pairs from `records` (data.pairwise.build_pairs), tokenized; pairs longer than
     `data.max_length` are dropped and counted (`overlong`, in records like every bucket)."""
     d = cfg.distill
-    pairs, counts = build_pairs(records, d.ties, d.max_pairs, cfg.seed)
+    pairs, counts = build_pairs(records, d.ties, d.max_pairs, cfg.seed, d.scale if d.score_pairs else None)
     readout = score_readout(tokenizer, d.scale)
-    kept, firsts, seconds, over = [], [], [], 0
+    kept, firsts, seconds, over, over_scored = [], [], [], 0, 0
     for p in pairs:
         a, b = (score_prompt_ids(tokenizer, p, r, d.scale, readout) for r in (p.first, p.second))
         if max(len(a), len(b)) > cfg.data.max_length:
-            over += p.judgments
+            over += p.judgments if p.origin == "relative" else 0
+            over_scored += p.origin == "scores"
             continue
         kept.append(p)
         firsts.append(a)
         seconds.append(b)
-    counts.update(overlong=over, paired=counts["paired"] - over, pairs=len(kept))
+    counts.update(overlong=over, paired=counts["paired"] - over, pairs=len(kept), score_overlong=over_scored,
+                  score_pairs=counts["score_pairs"] - over_scored)
     if not kept:
         raise ConfigError(f"distill: no preference pairs to train on ({counts}); distill.sources (or the "
-                          "training mix) must hold relative records of decisive pairs")
+                          "training mix) must hold relative records of decisive pairs, or, with distill.score_pairs, absolute "
+                          "records of one item with different scores")
     if d.length_balance:  # repeats are draws of kept pairs, not records: outside the record buckets
         order = ranking.length_balance([(len(a), len(b)) for a, b in zip(firsts, seconds)],
                                        [p.target for p in kept], cfg.seed)

@@ -158,10 +158,44 @@ def test_compare_two_reports(tmp_path, vendor, fake_engine):
     # Pairwise sets graded absolutely get a paired interval on accuracy, as in the single-report comparison.
     assert hhh["paired"]["method"] == "accuracy" and hhh["paired"]["lo"] <= hhh["diff"] <= hhh["paired"]["hi"]
     assert hhh["paired"]["diff"] == pytest.approx(hhh["diff"])
+    # ...and on the pairs where the reference prefers the shorter response, the same paired figure on fewer
+    short = hhh["paired"]["shorter_preferred"]
+    assert short["method"] == "accuracy" and 0 < short["n"] < hhh["paired"]["n"]
+    assert "where the reference prefers the shorter" in text
     out = tmp_path / "cmp.md"
     assert C.main([str(tmp_path / "a" / "report"), str(tmp_path / "b" / "report"), "--out", str(out),
                    "--n-boot", "50"]) == 0
     assert out.read_text().startswith("# Comparison")
+
+
+def test_compare_names_the_judges_of_a_multi_judge_report(tmp_path, vendor, fake_engine):
+    """A candidate graded alone against one judge of a report that holds two (names differ)."""
+    a = _cfg(tmp_path / "a", vendor, judges=("base", "good"))
+    b = _cfg(tmp_path / "b", vendor, judges=("base",))
+    a.plots = b.plots = False
+    R.run_eval(a)
+    R.run_eval(b)
+    ra, rb = tmp_path / "a" / "report", tmp_path / "b" / "report"
+    assert {(r["judge_a"], r["judge_b"]) for r in C.compare_rows(ra, rb, n_boot=50)} == {("base", "base")}
+    rows = C.compare_rows(ra, rb, n_boot=50, judges=("good", "base"))
+    vic = next(r for r in rows if r["set"] == "vicuna" and r["variant"] == "n3")
+    assert (vic["judge_a"], vic["judge_b"]) == ("good", "base") and vic["paired"]["lo"] <= vic["diff"]
+    with pytest.raises(ValueError, match="no judge 'nobody'"):
+        C.compare_rows(ra, rb, judges=("nobody", "base"))
+    with pytest.raises(SystemExit):
+        C.main([str(ra), str(rb), "--judges", "good"])
+
+
+def test_shorter_preferred_picks_decisive_pairs_whose_preferred_side_is_shorter():
+    from judgeforge.eval.report import shorter_preferred
+
+    def pair(i, human, la, lb):
+        return [{"item_id": i, "unit": u, "human": human, "length": n} for u, n in (("a", la), ("b", lb))]
+
+    recs = (pair("short-a", "a", 10, 20) + pair("long-a", "a", 30, 20) + pair("short-b", "b", 40, 5)
+            + pair("long-b", "b", 5, 40) + pair("tie", "tie", 1, 9) + pair("equal", "a", 7, 7)
+            + pair("unknown", "b", None, 3) + [{"item_id": "lone", "unit": "a", "human": "a", "length": 1}])
+    assert shorter_preferred(recs) == {"short-a", "short-b"}
 
 
 def test_unavailable_required_set_fails(tmp_path, vendor):

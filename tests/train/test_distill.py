@@ -96,7 +96,8 @@ def test_build_pairs_aggregates_orders_ties_and_repeats():
             rel("q3", "u", "v", "B"), rel("q3", "v", "u", "A"), rel("q3", "u", "v", "A"),  # 2 of 3 for v
             {"id": "abs", "mode": "absolute", "score": 3}]
     pairs, c = build_pairs(recs)
-    assert c == {"records": 8, "absolute": 1, "tie": 2, "over_max_pairs": 0, "paired": 5, "pairs": 2}
+    assert c == {"records": 8, "absolute": 1, "scored": 0, "tie": 2, "over_max_pairs": 0, "paired": 5, "pairs": 2,
+                 "score_pairs": 0, "score_ties": 0, "score_over_max_pairs": 0}
     by_q = {p.instruction: p for p in pairs}
     assert (by_q["q1"].first, by_q["q1"].second, by_q["q1"].target) == ("good", "bad", 1.0)
     assert (by_q["q3"].first, by_q["q3"].target, by_q["q3"].judgments) == ("v", pytest.approx(2 / 3), 3)
@@ -104,6 +105,30 @@ def test_build_pairs_aggregates_orders_ties_and_repeats():
     assert c2["tie"] == 0 and c2["pairs"] == 3 and [p.target for p in half if p.instruction == "q2"] == [0.5]
     with pytest.raises(ValueError):
         build_pairs(recs, ties="keep")
+
+
+def ab(instruction, response, score, scale=(1, 10), rid=None):
+    return {"id": rid or f"{instruction}|{response}|{score}|{random.random()}", "mode": "absolute",
+            "instruction": instruction, "response": response, "score": score, "scale": list(scale),
+            "rubric": {"criteria": "Is it good?"}, "reference_answer": None}
+
+
+def test_score_pairs_order_responses_by_gpt4_scores():
+    recs = [ab("q1", "long", 4), ab("q1", "short", 9), ab("q1", "mid", 9),     # 3 responses: 3 pairs, 1 tie
+            ab("q2", "a", 7), ab("q2", "a", 5), ab("q2", "b", 6),              # samples: P(a > b) = 1/2
+            ab("q3", "alone", 3),                                                # no other response
+            ab("q4", "x", 2, scale=(1, 5)), ab("q4", "y", 5, scale=(1, 5)),    # another scale: not read
+            rel("q5", "good", "bad", "A")]
+    pairs, c = build_pairs(recs, from_scores=(1, 10))
+    assert c["records"] == c["absolute"] + c["scored"] + c["tie"] + c["over_max_pairs"] + c["paired"] == len(recs)
+    assert (c["scored"], c["absolute"], c["paired"], c["score_pairs"], c["score_ties"]) == (6, 3, 1, 2, 2)
+    scored = sorted((p.first, p.second, p.target) for p in pairs if p.origin == "scores")
+    assert scored == [("mid", "long", 1.0), ("short", "long", 1.0)]
+    assert all(p.judgments == 2 and len(p.ids) == 2 for p in pairs if p.origin == "scores")
+    plain, c0 = build_pairs(recs)
+    assert c0["score_pairs"] == 0 and c0["absolute"] == 9 and len(plain) == 1
+    half, _ = build_pairs(recs, ties="half", from_scores=(1, 10))
+    assert sorted(p.target for p in half if p.origin == "scores") == [0.5, 0.5, 1.0, 1.0]
 
 
 verdicts = st.lists(st.tuples(st.integers(0, 4), st.booleans(), st.sampled_from("AB")), min_size=1, max_size=30)
@@ -116,7 +141,7 @@ def test_build_pairs_counts_add_up_and_ignore_record_order(rows, rnd, ties, max_
     recs = [rel(f"q{q}", *(("r1", "r2") if flip else ("r2", "r1")), v, rid=f"{i}")
             for i, (q, flip, v) in enumerate(rows)]
     pairs, c = build_pairs(recs, ties, max_pairs)
-    assert c["records"] == c["absolute"] + c["tie"] + c["over_max_pairs"] + c["paired"] == len(recs)
+    assert c["records"] == c["absolute"] + c["scored"] + c["tie"] + c["over_max_pairs"] + c["paired"] == len(recs)
     assert c["pairs"] == len(pairs) <= (max_pairs if max_pairs is not None else len(pairs))
     assert all(p.target >= 0.5 and (ties == "half" or p.target > 0.5) for p in pairs)
     if max_pairs is None:
