@@ -172,6 +172,11 @@ class DistillSection(Config):
     """Also pair the absolute records of `sources` (or the mix): two responses to one item graded on
     `scale`, P(first better) from GPT-4's scores (data.pairwise.score_pairs). A log of several response
     models' absolute judgments holds their ranking on the very prompt the judge is used with."""
+    counterfactuals: int = Field(0, ge=0)
+    """Add up to this many counterfactual length pairs of each kind from the absolute records on `scale`
+    (data.counterfactual: a response against itself padded with its own repeated half, the original
+    preferred; against itself cut in half where GPT-4 scored it in the top half of the scale, the original
+    preferred). 0: none."""
     length_balance: bool = False
     """Repeat (seeded, with replacement) the pairs on the rarer side of length, preferred-shorter or
     preferred-longer, until both count the same (train/ranking.length_balance): the ranking loss can then

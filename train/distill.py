@@ -21,6 +21,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from collections import Counter
+
+from judgeforge.data.counterfactual import length_counterfactuals
 from judgeforge.data.pairwise import Pair, build_pairs
 from judgeforge.config import ConfigError
 from judgeforge.train import ranking
@@ -67,23 +70,26 @@ def prepare_pairs(cfg, tokenizer, records: list[dict]) -> PairFeed:
     `data.max_length` are dropped and counted (`overlong`, in records like every bucket)."""
     d = cfg.distill
     pairs, counts = build_pairs(records, d.ties, d.max_pairs, cfg.seed, d.scale if d.score_pairs else None)
+    if d.counterfactuals:
+        made, counts["counterfactual"] = length_counterfactuals(records, d.scale, d.counterfactuals, cfg.seed)
+        pairs += made
     readout = score_readout(tokenizer, d.scale)
-    kept, firsts, seconds, over, over_scored = [], [], [], 0, 0
+    kept, firsts, seconds, over = [], [], [], Counter()
     for p in pairs:
         a, b = (score_prompt_ids(tokenizer, p, r, d.scale, readout) for r in (p.first, p.second))
         if max(len(a), len(b)) > cfg.data.max_length:
-            over += p.judgments if p.origin == "relative" else 0
-            over_scored += p.origin == "scores"
+            over[p.origin] += p.judgments if p.origin == "relative" else 1  # relative: records; others: pairs
             continue
         kept.append(p)
         firsts.append(a)
         seconds.append(b)
-    counts.update(overlong=over, paired=counts["paired"] - over, pairs=len(kept), score_overlong=over_scored,
-                  score_pairs=counts["score_pairs"] - over_scored)
+    counts.update(overlong=over["relative"], paired=counts["paired"] - over["relative"], pairs=len(kept),
+                  score_overlong=over["scores"], score_pairs=counts["score_pairs"] - over["scores"],
+                  counterfactual_overlong=sum(n for o, n in over.items() if o.startswith("counterfactual")))
     if not kept:
         raise ConfigError(f"distill: no preference pairs to train on ({counts}); distill.sources (or the "
-                          "training mix) must hold relative records of decisive pairs, or, with distill.score_pairs, absolute "
-                          "records of one item with different scores")
+                          "training mix) must hold relative records of decisive pairs (with distill.score_pairs or "
+                          "distill.counterfactuals, absolute records on distill.scale)")
     if d.length_balance:  # repeats are draws of kept pairs, not records: outside the record buckets
         order = ranking.length_balance([(len(a), len(b)) for a, b in zip(firsts, seconds)],
                                        [p.target for p in kept], cfg.seed)

@@ -256,6 +256,35 @@ def test_length_balanced_feed_prefers_the_shorter_as_often_as_the_longer(tiny_ll
 
 
 @pytest.mark.slow
+def test_score_and_counterfactual_pairs_join_the_feed(tiny_llama, build_dir, tmp_path, helpers):
+    """Absolute records alone feed the ranking loss: an item's two responses ordered by GPT-4's scores,
+    and each response against its padded (and, scored high, its truncated) self."""
+    from transformers import AutoTokenizer
+
+    from judgeforge.io import read_jsonl
+    from judgeforge.train.distill import prepare_pairs
+
+    absolute = helpers.short_build(build_dir, tmp_path / "abs", 4, n_test=0)
+    records = [{**r, "response": r["response"].rstrip(".") + ". It has a second sentence. And a third."}
+               for r in read_jsonl(absolute / "train.jsonl")]  # responses that can be halved
+    r0 = records[0]
+    other = {**r0, "id": "other", "response": r0["response"] + " And an error.", "score": 1 if r0["score"] > 1 else 5}
+    cfg = distill_config(tiny_llama, absolute, tmp_path / "run", "distill.score_pairs=true",
+                         "distill.counterfactuals=2")
+    feed = prepare_pairs(cfg, AutoTokenizer.from_pretrained(tiny_llama), records + [other])
+    c = feed.counts
+    assert (c["score_pairs"], c["scored"], c["counterfactual"]["pad"]) == (1, 2, 2)
+    assert c["records"] == c["absolute"] + c["scored"] + c["tie"] + c["over_max_pairs"] + c["overlong"] + c["paired"]
+    origins = [p.origin for p in feed.pairs]
+    assert origins.count("scores") == 1 and origins.count("counterfactual_pad") == 2
+    scored = feed.pairs[origins.index("scores")]
+    assert scored.first == (r0 if r0["score"] > other["score"] else other)["response"] and scored.target == 1.0
+    for p, a, b in zip(feed.pairs, feed.first_ids, feed.second_ids):
+        if p.origin == "counterfactual_pad":
+            assert len(a) < len(b)  # the preferred original is the shorter prompt
+
+
+@pytest.mark.slow
 def test_one_pass_read_equals_the_serving_engine(tiny_llama, pair_build, tmp_path):
     """E[score] from the padded training forward = the transformers engine's score-only distribution."""
     import torch
@@ -336,7 +365,7 @@ def test_distill_sources_apart_from_the_sft_data(tiny_llama, pair_build, build_d
     assert all(r.get("mode", "absolute") == "absolute" for r in mix.train) and len(trainer.train_dataset) == 3
     c = trainer.feed.counts  # 7 pairs (the tie kept at 0.5), 4 drawn
     assert (c["records"], c["tie"], c["pairs"]) == (16, 0, 4)
-    assert c["records"] == c["absolute"] + c["tie"] + c["over_max_pairs"] + c["overlong"] + c["paired"]
+    assert c["records"] == c["absolute"] + c["scored"] + c["tie"] + c["over_max_pairs"] + c["overlong"] + c["paired"]
     save_resolved(cfg, tmp_path / "run")
     assert _check_run_dir(cfg, tmp_path / "run")
     with pytest.raises(ConfigError, match="distill"):
