@@ -247,8 +247,9 @@ def candidate_config(name: str, set_names: list[str], adapter: str) -> dict:
     candidate's adapter merged."""
     sets = []
     for set_name in set_names:
-        kept = yaml.safe_load((RESULTS / set_name / "config.yaml").read_text())
-        sets += set_config(set_name, next(s for s in kept["sets"] if s["name"] == set_name).get("max_items"))["sets"]
+        kept = yaml.safe_load((RESULTS / set_name / "config.yaml").read_text()).get("sets") or []
+        size = next((s.get("max_items") for s in kept if s["name"] == set_name), None)
+        sets += set_config(set_name, size)["sets"]
     cfg = yaml.safe_load(CONFIG.read_text())
     engine = next(j for j in cfg["judges"] if j["name"] == "default-judge")["engine"]
     return {**cfg, "sets": sets, "out": str(ROOT / "candidates" / name),
@@ -302,15 +303,15 @@ def _paired_ci(d: dict | None) -> str:
 def candidates(args) -> str:
     """candidates/<name>/table.md: per kept set, the shipped judge, the candidate, their paired
     difference, and the candidate's length-bias and 3-way figures beside the shipped judge's."""
-    v = "score_only"
-    head = ["set", "metric", "n", "default-judge (round 5)", args.name, "Δ vs round 5 [paired 95% CI]",
-            "Δ vs base [paired 95% CI]", "shorter preferred: Δ vs round 5 / vs base [paired]",
-            "r(score, length) or 3-way: round 5 → candidate"]
-    rows = []
     kept = CANDIDATES / args.name
     if not (kept / "metrics.json").is_file():
         raise SystemExit(f"no candidate {args.name!r} in {CANDIDATES}: `python bench/generalization.py candidate` first")
     mc = Metrics.load(kept)
+    v = "score_only" if "score_only" in mc.variants else mc.primary_variant
+    head = ["set", "metric", "n", "default-judge (round 5)", args.name, "Δ vs round 5 [paired 95% CI]",
+            "Δ vs base [paired 95% CI]", "shorter preferred: Δ vs round 5 / vs base [paired]",
+            "r(score, length) or 3-way: round 5 → candidate"]
+    rows = []
     for s in mc.sets():
         name = s["name"]
         r5, rb = _row_of(kept, name, "default-judge", v), _row_of(kept, name, "base", v)

@@ -298,6 +298,58 @@ def test_generalization_table_has_each_judges_length_bias_beside_the_references(
         f"{want[-1]['value']:.3f} [{want[-1]['lo']:.3f}, {want[-1]['hi']:.3f}] |"]
 
 
+def test_generalization_candidate_is_graded_alone_and_compared_paired_with_round_5(bench, monkeypatch, tmp_path):
+    """A candidate adapter graded on a kept set's items in one run, then paired with the kept judges there."""
+    import json
+
+    from testing.records import synthetic_predictions
+    from judgeforge.eval import compare as C
+    from judgeforge.eval.report import compute_metrics
+
+    g = bench("generalization")
+    monkeypatch.setattr(g, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(g, "CANDIDATES", tmp_path / "results" / "candidates")
+    monkeypatch.setattr(g, "ROOT", tmp_path / "runs")
+    monkeypatch.setattr(g, "shipped", lambda: {"adapter_sha256": "shipped"})
+    s = {"name": "heldout_mt_bench", "kind": "absolute", "role": "mimic", "reference": "gpt-4", "n_items": 40,
+         "n_available": 40, "source": "synthetic", "scale": [1, 5]}
+    kept = [r for judge, seed in (("base", 1), ("default-judge", 2))
+            for r in synthetic_predictions(40, judge=judge, set_name=s["name"], seed=seed)]
+    _one_set_report(tmp_path / "results" / s["name"], kept, [s])
+    seen = []
+
+    def fake_timed(cmd, cost, step):
+        if "compare" in cmd:  # the real comparison, in-process
+            assert C.main(cmd[cmd.index("compare") + 1:]) == 0
+            return
+        cfg = yaml.safe_load(Path(cmd[cmd.index("--config") + 1]).read_text())
+        seen.append(cfg)
+        preds = synthetic_predictions(40, judge="cand", set_name=s["name"], seed=3)
+        m = compute_metrics(preds, sets=[s], judges=["cand"], baseline="cand", n_values=[1], score_only=False,
+                            n_boot=200, level=0.95, seed=0, meta={"timing": {}})
+        out = Path(cfg["out"])
+        out.mkdir(parents=True)
+        (out / "metrics.json").write_text(json.dumps(m))
+        (out / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in preds))
+        for f in ("config.yaml", "report.md"):
+            (out / f).write_text("x\n")
+        cost.write_text(json.dumps({step: {"cpu_s": 60.0}}))
+
+    monkeypatch.setattr(g, "timed", fake_timed)
+    g.main(["candidate", "--name", "cand", "--adapter", "runs/x/train", "--sets", s["name"]])
+    (cfg,) = seen
+    assert [j["name"] for j in cfg["judges"]] == ["cand"] and cfg["judges"][0]["adapter"] == "runs/x/train"
+    assert cfg["judges"][0]["engine"]["model"] == "default" and [x["name"] for x in cfg["sets"]] == [s["name"]]
+    text = g.candidates(types.SimpleNamespace(name="cand"))
+    want = C.compare_rows(tmp_path / "results" / s["name"], tmp_path / "results" / "candidates" / "cand",
+                          judges=("default-judge", "cand"))
+    (r5,) = [r for r in want if r["variant"] == "n1"]
+    row = next(line for line in text.splitlines() if line.startswith(f"| {s['name']} |"))
+    p = r5["paired"]
+    assert f"| {r5['a']:.3f} | {r5['b']:.3f} | {p['diff']:.3f} [{p['lo']:.3f}, {p['hi']:.3f}] |" in row
+    assert (tmp_path / "results" / "candidates" / "cand" / "table.md").read_text() == text
+
+
 def test_generalization_run_keeps_each_set_and_skips_the_kept(bench, monkeypatch, tmp_path):
     import shutil
 

@@ -122,23 +122,27 @@ def pair_loss(model, feed: PairFeed, positions: list[int]) -> tuple[torch.Tensor
 
 @torch.no_grad()
 def score_pairs(model, feed: PairFeed, batch: int = 8, context=None) -> dict:
-    """Ordering metrics of every pair under `model` (eval mode): loss, accuracy, mean margin."""
+    """Ordering metrics of every pair under `model` (eval mode): loss, accuracy, mean margin. Each pair
+    once: the length-balancing repeats (after the pairs, `prepare_pairs`) would count their pairs twice."""
     import contextlib
+
+    from tqdm.auto import tqdm
 
     was_training = model.training
     model.eval()
     e1, e2 = [], []
+    unique = feed.counts.get("pairs", len(feed.pairs))
     try:
         with context or contextlib.nullcontext():
-            for i in range(0, len(feed.pairs), batch):
-                n = min(batch, len(feed.pairs) - i)
+            for i in tqdm(range(0, unique, batch), desc="distill pairs", unit="batch"):
+                n = min(batch, unique - i)
                 e = expected_scores(model, feed.first_ids[i:i + n] + feed.second_ids[i:i + n], feed.readout,
                                     feed.pad_id)
                 e1 += e[:n].tolist()
                 e2 += e[n:].tolist()
     finally:
         model.train(was_training)
-    return {**ranking.pair_metrics(e1, e2, feed.targets, feed.sigma),
+    return {**ranking.pair_metrics(e1, e2, feed.targets[:unique], feed.sigma),
             "mean_expected_first": sum(e1) / len(e1), "mean_expected_second": sum(e2) / len(e2)}
 
 
