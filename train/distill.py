@@ -130,16 +130,18 @@ def score_pairs(model, feed: PairFeed, batch: int = 8, context=None) -> dict:
 
     was_training = model.training
     model.eval()
-    e1, e2 = [], []
     unique = feed.counts.get("pairs", len(feed.pairs))
+    # Batches of similar length: a left-padded batch costs its longest prompt times its rows.
+    order = sorted(range(unique), key=lambda i: max(len(feed.first_ids[i]), len(feed.second_ids[i])))
+    e1, e2 = [0.0] * unique, [0.0] * unique
     try:
         with context or contextlib.nullcontext():
             for i in tqdm(range(0, unique, batch), desc="distill pairs", unit="batch"):
-                n = min(batch, unique - i)
-                e = expected_scores(model, feed.first_ids[i:i + n] + feed.second_ids[i:i + n], feed.readout,
-                                    feed.pad_id)
-                e1 += e[:n].tolist()
-                e2 += e[n:].tolist()
+                idx = order[i:i + batch]
+                e = expected_scores(model, [feed.first_ids[j] for j in idx] + [feed.second_ids[j] for j in idx],
+                                    feed.readout, feed.pad_id).tolist()
+                for k, j in enumerate(idx):
+                    e1[j], e2[j] = e[k], e[len(idx) + k]
     finally:
         model.train(was_training)
     return {**ranking.pair_metrics(e1, e2, feed.targets[:unique], feed.sigma),

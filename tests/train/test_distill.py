@@ -301,8 +301,9 @@ def test_one_pass_read_equals_the_serving_engine(tiny_llama, pair_build, tmp_pat
     tok = AutoTokenizer.from_pretrained(tiny_llama)
     cfg = distill_config(tiny_llama, pair_build, tmp_path / "run")
     feed = prepare_pairs(cfg, tok, read_jsonl(pair_build / "train.jsonl"))
-    assert feed.counts == {"records": 16, "absolute": 0, "tie": 4, "over_max_pairs": 0, "paired": 12,
-                           "pairs": 6, "overlong": 0}
+    assert feed.counts == {"records": 16, "absolute": 0, "scored": 0, "tie": 4, "over_max_pairs": 0, "paired": 12,
+                           "pairs": 6, "overlong": 0, "score_pairs": 0, "score_ties": 0, "score_over_max_pairs": 0,
+                           "score_overlong": 0, "counterfactual_overlong": 0}
     model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
     with torch.no_grad():
         batch = expected_scores(model, feed.first_ids + feed.second_ids, feed.readout, feed.pad_id)
