@@ -181,6 +181,10 @@ class DistillSection(Config):
     """Repeat (seeded, with replacement) the pairs on the rarer side of length, preferred-shorter or
     preferred-longer, until both count the same (train/ranking.length_balance): the ranking loss can then
     not be lowered by preferring the longer response. Counted in distill.json (`length_repeats`)."""
+    measure: bool = True
+    """Score every pair before and after training into distill.json (their ordering by E[score]). Two
+    forward passes over all pairs: on 2 CPU cores, 253 FastChat pairs (~1,000 tokens a prompt) took ~35
+    minutes a pass, longer than the training round itself; false leaves distill.json without them."""
     batch_pairs: int = Field(2, gt=0)
     """Pairs per micro-step (two score-only forward sequences each), drawn in seeded epochs of the pairs."""
 

@@ -89,7 +89,7 @@ def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
             "eval": len(trainer.eval_dataset or []), "dropped_overlong": dropped,
             "max_length": cfg.data.max_length, **extra})
     # Under ZeRO-3 the weights are partitioned until the engine runs: no forward pass of our own there.
-    measure = feed is not None and not _zero3(trainer.args)
+    measure = feed is not None and cfg.distill.measure and not _zero3(trainer.args)
     if measure and resume is None:
         _write_distill(trainer, out, "before")
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)

@@ -352,6 +352,14 @@ def test_distillation_orders_the_pairs_and_resumes(tiny_llama, pair_build, tmp_p
     assert weights.keys() == again.keys()
     assert all(np.allclose(weights[k].numpy(), again[k].numpy(), atol=1e-6) for k in weights)
 
+    # Unmeasured (distill.measure=false): no distill.json, and the same training as the measured run.
+    quiet = distill_config(tiny_llama, pair_build, tmp_path / "quiet", "optim.max_steps=6", "checkpoint.every=3",
+                           "checkpoint.keep=null", "distill.weight=10", "distill.measure=false")
+    unmeasured = load_file(train(quiet) / "adapter_model.safetensors")
+    assert not (tmp_path / "quiet" / "distill.json").exists()
+    assert json.loads((tmp_path / "quiet" / "data.json").read_text())["distill"]["pairs"] == 6
+    assert all(np.allclose(weights[k].numpy(), unmeasured[k].numpy(), atol=1e-6) for k in weights)
+
 
 def test_distill_sources_apart_from_the_sft_data(tiny_llama, pair_build, build_dir, tmp_path, helpers):
     """Pairs from `distill.sources` while SFT trains on an absolute build; the config is part of the
