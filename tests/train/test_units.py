@@ -183,6 +183,11 @@ def test_7b_and_default_configs():
     assert (default.data.target, default.data.max_length, default.data.sources[0].limit) == ("score", 2048, 150)
     curve = load_config(TrainConfig, REPO / "configs/train/embedded-judge.yaml")
     assert (curve.data.target, curve.optim.lr, curve.lora) == (default.data.target, default.optim.lr, default.lora)
+    # Issue 31's recipe is that round plus the length-balanced ranking loss on GPT-4's score pairs.
+    content = load_config(TrainConfig, REPO / "configs/train/content-not-length.yaml")
+    assert content.model_dump(exclude={"distill", "out"}) == curve.model_dump(exclude={"distill", "out"})
+    d = content.distill
+    assert d.enabled and d.score_pairs and d.length_balance and d.scale == (1, 10) and not d.measure
 
 
 def test_batch_must_split_over_devices():
