@@ -67,6 +67,7 @@ BENCHES = (  # cheap ones first, the retraining ones last
     Bench("train", "train_bench.py", ("--markdown",), write=None),
     Bench("train_precision", "train_precision_bench.py"),
     Bench("compact_head", "compact_head_bench.py"),
+    Bench("pair_loss", "pair_loss_bench.py", ("--pairs", "3", "--repeats", "2")),
     Bench("ddp", "ddp_bench.py"),
     Bench("gemma_vs_smollm", "gemma_vs_smollm.py"),
     Bench("train_gpu_mixtral", "train_gpu_mixtral.py", ("--markdown",), write=None, needs=("gpu",)),

@@ -112,7 +112,7 @@ def pair_loss(model, feed: PairFeed, positions: list[int]) -> tuple[torch.Tensor
     """Mean RankNet loss of the pairs at `positions`, and their metrics."""
     k = len(positions)
     e = expected_scores(model, [feed.first_ids[p] for p in positions] + [feed.second_ids[p] for p in positions],
-                        feed.readout, feed.pad_id)
+                        feed.readout, feed.pad_id, unpadded=True)
     t = torch.tensor([feed.pairs[p].target for p in positions], dtype=e.dtype, device=e.device)
     loss = ranknet_loss(e[:k] - e[k:], t, feed.sigma).mean()
     metrics = ranking.pair_metrics(e[:k].detach().cpu().numpy(), e[k:].detach().cpu().numpy(),

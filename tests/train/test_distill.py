@@ -307,6 +307,9 @@ def test_one_pass_read_equals_the_serving_engine(tiny_llama, pair_build, tmp_pat
     model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
     with torch.no_grad():
         batch = expected_scores(model, feed.first_ids + feed.second_ids, feed.readout, feed.pad_id)
+        alone = expected_scores(model, feed.first_ids + feed.second_ids, feed.readout, feed.pad_id, unpadded=True)
+    assert len({len(s) for s in feed.first_ids + feed.second_ids}) > 1  # the batch did pad
+    assert torch.allclose(batch, alone, atol=1e-4)  # the training step's one-at-a-time read is the same read
     p = feed.pairs[0]
     it = GradeItem(p.instruction, p.first, Rubric.from_dict(p.rubric), p.reference_answer, Scale(1, 5))
     with build_engine(EngineConfig(kind="transformers", model=str(tiny_llama), dtype="float32",
