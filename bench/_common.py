@@ -160,6 +160,13 @@ def command_footer(command: str, out: dict) -> str:
             f"{versions()}).")
 
 
+def section(title: str, description: str, head: list[str], rows: list[str], command: str, out: dict) -> str:
+    """A RESULTS.md section: title, what was measured, a table (first column text, the rest numbers), the
+    command footer."""
+    return "\n".join([f"## {title}", "", description, "", "| " + " | ".join(head) + " |",
+                      "|---|" + "---:|" * (len(head) - 1), *rows, "", command_footer(command, out)])
+
+
 def publish(script: str, argv, title: str, text_of, write: bool) -> int:
     """Print a section built from this invocation's command line, and write it into RESULTS.md."""
     import sys

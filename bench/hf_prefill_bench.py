@@ -78,14 +78,11 @@ def main(argv=None) -> int:
                  "one": "one prefill for the rows and the reads (1; now)"}
         rows = [f"| {label[arm]} | {C.median(out[arm]):.1f} ({C.spread(out[arm], '{:.1f}')}) | "
                 f"{C.median(out[arm]) / one:.2f} |" for arm in ARMS]
-        return "\n".join([
-            f"## {TITLE}", "",
+        return C.section(TITLE, (
             f"{a.items} real MT-Bench gradings one request at a time, n={a.n}, at most {a.max_tokens} feedback "
             "tokens, score completion on, the shipped `default-judge` on the transformers engine (float32), "
             f"arms alternating on one engine, medians of {a.repeats}; ratio = the arm's seconds over the one-prefill "
-            "arm's.", "",
-            "| prompt prefills per request | seconds for the items | ratio |", "|---|---:|---:|", *rows, "",
-            C.command_footer(command, out)])
+            "arm's."), ["prompt prefills per request", "seconds for the items", "ratio"], rows, command, out)
 
     return C.publish("hf_prefill_bench.py", argv, TITLE, text, a.write_results)
 

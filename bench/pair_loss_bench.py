@@ -94,14 +94,12 @@ def main(argv=None) -> int:
         tokens = out["unpadded"][0]["tokens"]
         rows = [f"| {arm} | {med[arm]:.1f} ({C.spread([r['seconds'] for r in out[arm]], '{:.1f}')}) | "
                 f"{med[arm] / med['unpadded']:.2f} | {rss[arm]:.1f} |" for arm in ARMS]
-        return "\n".join([
-            f"## {TITLE}", "",
+        return C.section(TITLE, (
             f"{a.pairs} of the longest FastChat score pairs ({tokens} prompt tokens in all), forward + backward of "
-            f"the RankNet loss through SmolLM2 + LoRA r{16} (bf16 autocast: {out['unpadded'][0]['bf16']}), "
+            f"the RankNet loss through SmolLM2 + LoRA r16 (bf16 autocast: {out['unpadded'][0]['bf16']}), "
             f"a fresh process per arm, arms alternating, medians of {a.repeats}; ratio = the arm's seconds over "
-            "the unpadded arm's.", "",
-            "| pair forward | seconds for the pairs | ratio | peak RSS, GB |", "|---|---:|---:|---:|", *rows, "",
-            C.command_footer(command, out)])
+            "the unpadded arm's."), ["pair forward", "seconds for the pairs", "ratio", "peak RSS, GB"], rows,
+            command, out)
 
     return C.publish("pair_loss_bench.py", argv, TITLE, text, a.write_results)
 
