@@ -41,7 +41,7 @@ browser:
 	  echo "chromium not installed: the report.html browser test will skip"
 
 test: model browser
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=40 $(PYTEST_ARGS)
 
 test-fast: venv
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -124,10 +124,33 @@ _STARTS = Path(tempfile.gettempdir()) / f"judgeforge-engine-starts-{os.getpid()}
 os.environ.setdefault("JUDGEFORGE_ENGINE_STARTS", str(_STARTS))  # subprocesses (servers) append too
 
 
+def _read_starts() -> list[dict]:
+    path = Path(os.environ["JUDGEFORGE_ENGINE_STARTS"])
+    lines = path.read_text().splitlines() if path.exists() else []
+    # A server subprocess may be mid-append while a test ends: only whole lines count.
+    return [json.loads(line) for line in lines if line.endswith("}")]
+
+
+_BY_TEST: dict[str, list[dict]] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    # Starts are attributed to the test during which they were logged (a session fixture's start to the
+    # first test that asked for it), so the summary says which tests pay for engines.
+    before = len(_read_starts())
+    yield
+    new = [s for s in _read_starts()[before:] if s["class"].startswith("judgeforge.")]
+    if new:
+        _BY_TEST[item.nodeid] = new
+
+
 def pytest_terminal_summary(terminalreporter):
     path = Path(os.environ["JUDGEFORGE_ENGINE_STARTS"])
-    starts = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    starts = [s for s in starts if s["class"].startswith("judgeforge.")]  # real engines, not the doubles
+    starts = [s for s in _read_starts() if s["class"].startswith("judgeforge.")]  # real engines, not doubles
+    for nodeid, own in sorted(_BY_TEST.items(), key=lambda kv: -sum(s["seconds"] for s in kv[1])):
+        kinds = ", ".join(sorted(s["kind"] for s in own))
+        terminalreporter.write_line(f"  engine starts in {nodeid}: {kinds} ({sum(s['seconds'] for s in own):.0f} s)")
     by_kind: dict = {}
     for s in starts:
         n, secs = by_kind.get(s["kind"], (0, 0.0))
