@@ -6,6 +6,7 @@ configs/eval/generalization.yaml, one `judgeforge eval` run per set.
     python bench/generalization.py table     # merge the committed sets: report + table markdown
     python bench/generalization.py candidate --name scorepairs-r6 --adapter runs/curve/choices/scorepairs-r6/train
     python bench/generalization.py candidates --name scorepairs-r6   # its table against the shipped judge
+    python bench/generalization.py checks --name scorepairs-r6 --heldout runs/curve/choices/scorepairs-r6/eval
 
 The whole config is ~6,000 gradings per judge, hours on a CPU, so it is run a set at a time: each
 set's report (predictions, metrics, config, report.md, cost.json with its CPU seconds) is copied to
@@ -334,6 +335,69 @@ def candidates(args) -> str:
     return text
 
 
+SHIP_RULES = {"pandalm": 0.60, "autoj": 0.52}
+"""Issue 31's 3-way floors: PandaLM-7B's and Auto-J-13B's reach (ties included), rounded down."""
+
+
+def ship_checks(cand: Metrics, name: str, vs: dict[tuple[str, str], dict], heldout: dict | None) -> list[dict]:
+    """Issue 31's "done when", one dict per check (what, figure, rule, passed; None: not measured). `vs`:
+    (set, kept judge) -> the paired comparison row (`_row_of`); `heldout`: the candidate's metrics on the 160
+    held-out MT-Bench items (variant result) when not graded among the sets. "Worse" and "below" mean a
+    paired interval wholly below 0, as in the generalization table."""
+    v = "score_only" if "score_only" in cand.variants else cand.primary_variant
+    mt = cand.result(name, "heldout_mt_bench", v) or heldout or {}
+    pearson, length = mt.get("correlation", {}).get("pearson"), (mt.get("length") or {}).get("judge")
+    paired = lambda s, j, key=None: (((vs.get((s, j)) or {}).get("paired") or {}).get(key) if key
+                                     else (vs.get((s, j)) or {}).get("paired"))
+    fig = lambda f: None if not f else f.get("value", f.get("diff"))
+    out = [("Pearson with GPT-4, 160 held-out MT-Bench items", pearson, ">= 0.60",
+            None if fig(pearson) is None else fig(pearson) >= 0.60),
+           ("r(score, length), the same items", length, "<= 0.30", None if fig(length) is None else fig(length) <= 0.30)]
+    d = paired("heldout_fastchat", "default-judge")
+    out.append(("FastChat held-out (mistral-orpo-trl), Δ vs round 5", d, "paired lo > 0", None if not d else d["lo"] > 0))
+    for s in ("autoj", "pandalm"):
+        d = paired(s, "base", "shorter_preferred")
+        out.append((f"{s}, pairs humans decide for the shorter response: Δ vs base", d, "paired lo > 0",
+                    None if not d else d["lo"] > 0))
+        t = _three(cand.result(name, s, v, mode="absolute") or {})
+        out.append((f"{s} 3-way accuracy", t, f">= {SHIP_RULES[s]:.2f}", None if not t else t["value"] >= SHIP_RULES[s]))
+    d = paired("hhh_alignment", "base")
+    out.append(("HHH alignment, Δ vs base", d, "not below 0 (paired hi >= 0)", None if not d else d["hi"] >= 0))
+    worse = [s for (s, j), row in vs.items() if j == "default-judge" and (row.get("paired") or {}).get("hi", 0) < 0]
+    graded = sorted({s for s, j in vs if j == "default-judge"})
+    out.append(("no set worse than round 5", {"worse": worse, "sets": graded}, "no paired hi < 0",
+                None if not graded else not worse))
+    return [{"check": c, "figure": f, "rule": r, "passed": ok} for c, f, r, ok in out]
+
+
+def checks(args) -> str:
+    """candidates/<name>/checks.md and checks.json: issue 31's ship checks on the candidate's kept figures."""
+    kept = CANDIDATES / args.name
+    cand = Metrics.load(kept)
+    vs = {}
+    for path in sorted((kept / "vs").glob("*-vs-*.json")):
+        set_name, judge = path.stem.rsplit("-vs-", 1)
+        v = "score_only" if "score_only" in cand.variants else cand.primary_variant
+        vs[(set_name, judge)] = _row_of(kept, set_name, judge, v)
+    heldout = None
+    if args.heldout:  # the 160 items as a learning-curve choice grades them (set `heldout`)
+        m = Metrics.load(Path(args.heldout))
+        heldout = m.result(m.judges[0], "heldout", "score_only" if "score_only" in m.variants else m.primary_variant)
+    rows = ship_checks(cand, args.name, vs, heldout)
+    show = lambda f: (_ci(f.get("value", f.get("diff")), f.get("lo"), f.get("hi")) if f and "lo" in f
+                      else ", ".join(f"{k}: {x}" for k, x in f.items()) if f else "not measured")
+    verdict = {True: "pass", False: "**fail**", None: "not measured"}
+    lines = ["| check | figure [95% CI] | rule | verdict |", "|---|---|---|---|"] + [
+        f"| {r['check']} | {show(r['figure'])} | {r['rule']} | {verdict[r['passed']]} |" for r in rows]
+    ship = all(r["passed"] for r in rows)
+    text = "\n".join(lines + ["", f"Ship: **{'yes' if ship else 'no'}** (every check must pass). "
+                              f"`python bench/generalization.py checks --name {args.name}`."]) + "\n"
+    (kept / "checks.md").write_text(text)
+    (kept / "checks.json").write_text(json.dumps({"ship": ship, "checks": rows}, indent=1))
+    sys.stdout.write(text)
+    return text
+
+
 def _three(r: dict) -> dict | None:
     t = r.get("three_way")
     return {"value": t["accuracy"], "lo": t["lo"], "hi": t["hi"]} if t else None
@@ -357,8 +421,12 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--ray", action="store_true", help="grade on one Ray replica (resumable mid-set)")
     ct = sub.add_parser("candidates", help="a candidate's table against the shipped judge")
     ct.add_argument("--name", required=True)
+    k = sub.add_parser("checks", help="issue 31's ship checks on a candidate's kept figures")
+    k.add_argument("--name", required=True)
+    k.add_argument("--heldout", help="an eval dir with the candidate on the 160 held-out items (set `heldout`, "
+                   "a learning-curve choice's), used where heldout_mt_bench was not among its sets")
     args = p.parse_args(argv)
-    {"run": run, "table": table, "candidate": candidate, "candidates": candidates}[args.cmd](args)
+    {"run": run, "table": table, "candidate": candidate, "candidates": candidates, "checks": checks}[args.cmd](args)
     return 0
 
 
