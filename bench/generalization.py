@@ -149,6 +149,11 @@ def table(args) -> str:
     return text
 
 
+def _variant(m: Metrics) -> str:
+    """The variant a report's tables read: score-only E[score] (how the shipped judge is used) where graded."""
+    return "score_only" if "score_only" in m.variants else m.primary_variant
+
+
 def _f(x) -> str:
     return "-" if x is None else f"{x:.3f}"
 
@@ -177,7 +182,7 @@ def table_lines(m: Metrics, costs: dict[str, dict]) -> list[str]:
     """Per set: what it measures, its size, both judges and the paired difference (judge - baseline)."""
     base = m.meta["baseline"]
     judges = [j for j in m.judges if j != base]
-    v = "score_only" if "score_only" in m.variants else m.primary_variant
+    v = _variant(m)
     head = ["set", "role", "reference", "metric", "n", base] + judges + [
         f"Δ {j} − {base} [paired 95% CI]" for j in judges] + ["worse than base?", "CPU-min", "wall-min", "CPU"]
     # Sets are graded in different sessions, on whatever CPU each got: its minutes are that CPU's.
@@ -212,7 +217,7 @@ def length_lines(m: Metrics) -> list[str]:
     length-controlled accuracy (AlpacaEval's regression read at zero length difference)."""
     base = m.meta["baseline"]
     judges = [base] + [j for j in m.judges if j != base]
-    v = "score_only" if "score_only" in m.variants else m.primary_variant
+    v = _variant(m)
     head = ["set", "figure", "reference", *judges]
     rows = []
     for s in m.sets():
@@ -308,7 +313,7 @@ def candidates(args) -> str:
     if not (kept / "metrics.json").is_file():
         raise SystemExit(f"no candidate {args.name!r} in {CANDIDATES}: `python bench/generalization.py candidate` first")
     mc = Metrics.load(kept)
-    v = "score_only" if "score_only" in mc.variants else mc.primary_variant
+    v = _variant(mc)
     head = ["set", "metric", "n", "default-judge (round 5)", args.name, "Δ vs round 5 [paired 95% CI]",
             "Δ vs base [paired 95% CI]", "shorter preferred: Δ vs round 5 / vs base [paired]",
             "r(score, length) or 3-way: round 5 → candidate"]
@@ -344,11 +349,13 @@ def ship_checks(cand: Metrics, name: str, vs: dict[tuple[str, str], dict], heldo
     (set, kept judge) -> the paired comparison row (`_row_of`); `heldout`: the candidate's metrics on the 160
     held-out MT-Bench items (variant result) when not graded among the sets. "Worse" and "below" mean a
     paired interval wholly below 0, as in the generalization table."""
-    v = "score_only" if "score_only" in cand.variants else cand.primary_variant
+    v = _variant(cand)
     mt = cand.result(name, "heldout_mt_bench", v) or heldout or {}
     pearson, length = mt.get("correlation", {}).get("pearson"), (mt.get("length") or {}).get("judge")
-    paired = lambda s, j, key=None: (((vs.get((s, j)) or {}).get("paired") or {}).get(key) if key
-                                     else (vs.get((s, j)) or {}).get("paired"))
+    def paired(set_name: str, judge: str, key: str | None = None) -> dict | None:
+        d = (vs.get((set_name, judge)) or {}).get("paired")
+        return (d or {}).get(key) if key else d
+
     fig = lambda f: None if not f else f.get("value", f.get("diff"))
     out = [("Pearson with GPT-4, 160 held-out MT-Bench items", pearson, ">= 0.60",
             None if fig(pearson) is None else fig(pearson) >= 0.60),
@@ -377,12 +384,11 @@ def checks(args) -> str:
     vs = {}
     for path in sorted((kept / "vs").glob("*-vs-*.json")):
         set_name, judge = path.stem.rsplit("-vs-", 1)
-        v = "score_only" if "score_only" in cand.variants else cand.primary_variant
-        vs[(set_name, judge)] = _row_of(kept, set_name, judge, v)
+        vs[(set_name, judge)] = _row_of(kept, set_name, judge, _variant(cand))
     heldout = None
     if args.heldout:  # the 160 items as a learning-curve choice grades them (set `heldout`)
         m = Metrics.load(Path(args.heldout))
-        heldout = m.result(m.judges[0], "heldout", "score_only" if "score_only" in m.variants else m.primary_variant)
+        heldout = m.result(m.judges[0], "heldout", _variant(m))
     rows = ship_checks(cand, args.name, vs, heldout)
     show = lambda f: (_ci(f.get("value", f.get("diff")), f.get("lo"), f.get("hi")) if f and "lo" in f
                       else ", ".join(f"{k}: {x}" for k, x in f.items()) if f else "not measured")

@@ -125,10 +125,12 @@ os.environ.setdefault("JUDGEFORGE_ENGINE_STARTS", str(_STARTS))  # subprocesses 
 
 
 def _read_starts() -> list[dict]:
+    """The real engines' starts logged so far (not the doubles')."""
     path = Path(os.environ["JUDGEFORGE_ENGINE_STARTS"])
     lines = path.read_text().splitlines() if path.exists() else []
     # A server subprocess may be mid-append while a test ends: only whole lines count.
-    return [json.loads(line) for line in lines if line.endswith("}")]
+    starts = [json.loads(line) for line in lines if line.endswith("}")]
+    return [s for s in starts if s["class"].startswith("judgeforge.")]
 
 
 _BY_TEST: dict[str, list[dict]] = {}
@@ -140,14 +142,14 @@ def pytest_runtest_protocol(item, nextitem):
     # first test that asked for it), so the summary says which tests pay for engines.
     before = len(_read_starts())
     yield
-    new = [s for s in _read_starts()[before:] if s["class"].startswith("judgeforge.")]
+    new = _read_starts()[before:]
     if new:
         _BY_TEST[item.nodeid] = new
 
 
 def pytest_terminal_summary(terminalreporter):
     path = Path(os.environ["JUDGEFORGE_ENGINE_STARTS"])
-    starts = [s for s in _read_starts() if s["class"].startswith("judgeforge.")]  # real engines, not doubles
+    starts = _read_starts()
     for nodeid, own in sorted(_BY_TEST.items(), key=lambda kv: -sum(s["seconds"] for s in kv[1])):
         kinds = ", ".join(sorted(s["kind"] for s in own))
         terminalreporter.write_line(f"  engine starts in {nodeid}: {kinds} ({sum(s['seconds'] for s in own):.0f} s)")
