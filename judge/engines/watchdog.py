@@ -168,20 +168,32 @@ def describe(p) -> str:
         return str(p.pid)
 
 
-def end(procs, grace: float = GRACE_S, why: str = "the engine's parent is gone") -> None:
-    """SIGTERM the processes (and their descendants), then SIGKILL what is left after `grace`."""
+def end(procs, grace: float = GRACE_S, why: str = "the engine's parent is gone", before_kill=None) -> None:
+    """SIGTERM the processes (and their descendants), then SIGKILL what is left after `grace`.
+    `before_kill(procs)` runs on those left while they are stopped (SIGSTOP): nothing they do then
+    (an EngineCore that ignores SIGTERM goes on loading and opening segments) escapes it."""
     import psutil
 
     for sig in (signal.SIGTERM, signal.SIGKILL):
         procs = alive_with_children(procs)
         if not procs:
             return
+        if sig == signal.SIGKILL and before_kill is not None:
+            _signal(procs, signal.SIGSTOP)
+            procs = alive_with_children(procs)
+            before_kill(procs)
         log.warning("%s: %s to %s", why, sig.name,
                     ", ".join(describe(p) for p in sorted(procs, key=lambda p: p.pid)))
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                p.send_signal(sig)
+        _signal(procs, sig)
         procs = wait_ended(procs, grace)
+
+
+def _signal(procs, sig) -> None:
+    import psutil
+
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(sig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         # they opened since the last poll (a segment created then leaked on kill -9: issue 18's test).
         procs = alive_with_children(procs)
         segments |= record_segments(parent, procs, set(), True)
-        end(procs)
+        # ... and what they open during the SIGTERM grace (CI once leaked a psm_ segment created then).
+        end(procs, before_kill=lambda left: segments.update(record_segments(parent, left, set(), True)))
         remove_segments(segments)
     return 0
 

@@ -368,10 +368,34 @@ def test_watchdog_records_segments_once_more_when_the_parent_is_gone(monkeypatch
     monkeypatch.setattr(W, "alive_with_children", lambda procs: procs | {"worker"})
     monkeypatch.setattr(W, "record_segments",
                         lambda parent, procs, known, maps: calls.append(("record", procs, maps)) or {2})
-    monkeypatch.setattr(W, "end", lambda procs: calls.append(("end", procs)))
+
+    def end(procs, before_kill):
+        calls.append(("end", procs))
+        before_kill({"engine"})  # the EngineCore ignored SIGTERM: stopped, recorded, then killed
+
+    monkeypatch.setattr(W, "end", end)
     monkeypatch.setattr(W, "remove_segments", lambda inodes: calls.append(("remove", inodes)))
     assert W.main(["123"]) == 0
-    assert calls == [("record", {"engine", "worker"}, True), ("end", {"engine", "worker"}), ("remove", {1, 2})]
+    assert calls == [("record", {"engine", "worker"}, True), ("end", {"engine", "worker"}),
+                     ("record", {"engine"}, True), ("remove", {1, 2})]
+
+
+def test_a_process_ignoring_sigterm_is_recorded_while_stopped_then_killed():
+    """What a process opens during the SIGTERM grace is recorded (CI leaked a psm_ segment an
+    EngineCore created then): `before_kill` sees it stopped, and it is killed after."""
+    import psutil
+
+    from judgeforge.judge.engines import watchdog as W
+
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
+                              "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint(1, flush=True)\n"
+                              "time.sleep(60)"], stdout=subprocess.PIPE)
+    child.stdout.readline()
+    seen = []
+    W.end({psutil.Process(child.pid)}, grace=0.3,
+          before_kill=lambda left: seen.extend(p.status() for p in left))
+    assert seen == [psutil.STATUS_STOPPED]
+    assert child.wait(5) == -signal.SIGKILL
 
 
 def test_running_is_the_hardware_liveness_against_the_start_first_seen():
