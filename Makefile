@@ -46,31 +46,41 @@ test: model browser
 test-fast: venv
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-# The whole loop on the embedded default judge: build -> evaluate base -> train -> evaluate trained
-# -> compare -> merge -> serve one real MT-Bench grading over HTTP with n=3.
-# (The eval configs name runs/demo/... and runs/train/default, so DEMO_DIR stays runs/demo.)
+# The whole loop on the embedded default judge, sized to minutes: build -> train one continual round from
+# the shipped judge -> evaluate base and trained in one run (paired intervals) -> compare -> merge -> serve one
+# real MT-Bench grading over HTTP with n=3. Each stage line gives the minutes so far and an ETA: the stages'
+# seconds in a measured run (DEMO_TYPICAL: 2 cores of an AMD EPYC with avx512_bf16, 2026-12-04, 198 s in all;
+# bench/RESULTS.md) scaled by how fast this machine has been so far.
+# (configs/train/demo.yaml and configs/eval/demo.yaml name runs/demo/..., so DEMO_DIR stays runs/demo.)
+DEMO_TYPICAL := 1 51 123 1 7 15
 demo: model
 	@mkdir -p $(DEMO_DIR) && date +%s > $(DEMO_DIR)/.started
-	@$(call stage,1/7,data build: the vendored GPT-4 judgments -> SFT records in $(DEMO_DIR)/data)
+	@$(call stage,1,data build: the vendored GPT-4 judgments -> SFT records in $(DEMO_DIR)/data)
 	$(JF) data build --config configs/data/default.yaml --out $(DEMO_DIR)/data
-	@$(call stage,2/7,evaluate the untrained base judge -> $(DEMO_DIR)/eval/base)
-	$(JF) eval --config configs/eval/default.yaml
-	@$(call stage,3/7,train a LoRA adapter on 150 judgments -> runs/train/default)
-	$(JF) train --config configs/train/default.yaml
-	@$(call stage,4/7,evaluate the trained judge -> $(DEMO_DIR)/eval/trained)
-	$(JF) eval --config configs/eval/trained.yaml
-	@$(call stage,5/7,compare base and trained with paired intervals -> $(DEMO_DIR)/eval/compare.md)
-	$(JF) eval compare $(DEMO_DIR)/eval/base $(DEMO_DIR)/eval/trained --out $(DEMO_DIR)/eval/compare.md
-	@$(call stage,6/7,merge the adapter for serving -> $(DEMO_DIR)/judge)
-	$(JF) train merge --adapter runs/train/default --out $(DEMO_DIR)/judge
-	@$(call stage,7/7,serve the trained judge and grade one MT-Bench response over HTTP with n=3)
+	@$(call stage,2,train one continual round: the shipped default-judge on 8 more GPT-4 judgments -> $(DEMO_DIR)/train)
+	$(JF) train --config configs/train/demo.yaml
+	@$(call stage,3,evaluate the untrained base and the trained judge in one run -> $(DEMO_DIR)/eval)
+	$(JF) eval --config configs/eval/demo.yaml
+	@$(call stage,4,compare trained with base: paired bootstrap intervals -> $(DEMO_DIR)/eval/compare.md)
+	$(JF) eval compare $(DEMO_DIR)/eval $(DEMO_DIR)/eval --judges base:trained --out $(DEMO_DIR)/eval/compare.md
+	@$(call stage,5,merge the adapter for serving -> $(DEMO_DIR)/judge)
+	$(JF) train merge --adapter $(DEMO_DIR)/train --out $(DEMO_DIR)/judge
+	@$(call stage,6,serve the trained judge and grade one MT-Bench response over HTTP with n=3)
 	$(PY) -m judgeforge.serve.demo --config configs/serve/default.yaml --model $(DEMO_DIR)/judge --n 3
-	@$(call stage,done,outputs: $(DEMO_DIR)/eval/{base$(comma)trained}/report.html and report.md$(comma) \
-		$(DEMO_DIR)/eval/compare.html$(comma) runs/train/default (adapter$(comma) loss.png)$(comma) $(DEMO_DIR)/judge)
+	@$(call stage,done,outputs: $(DEMO_DIR)/eval/report.md$(comma) report.html and metrics.json (base and \
+		trained)$(comma) $(DEMO_DIR)/eval/compare.md$(comma) $(DEMO_DIR)/train (adapter$(comma) loss.png)$(comma) \
+		$(DEMO_DIR)/judge (merged judge)$(comma) $(DEMO_DIR)/data (SFT records$(comma) rejects with reasons))
 
-# One line per demo stage: its number, what it does and where it writes, and the minutes so far.
+# One line per demo stage: its number of 6, what it does and where it writes, the minutes so far and the ETA
+# (the measured seconds of the stages left, scaled by this run's elapsed over the measured seconds of the stages
+# done once those are half a minute or more).
 define stage
-echo "== demo [$(1)] $(2) ($$(( ($$(date +%s) - $$(cat $(DEMO_DIR)/.started)) / 60 )) min so far) =="
+s=$(DEMO_DIR)/.started; el=$$(( $$(date +%s) - $$(cat $$s) )); k=0; past=0; left=0; \
+for t in $(DEMO_TYPICAL); do k=$$((k+1)); if [ "$(1)" != done ] && [ $$k -ge $(1) ]; then left=$$((left+t)); \
+else past=$$((past+t)); fi; done; \
+eta=$$(( past >= 30 ? left * el / past : left )); \
+echo "== demo [$(if $(filter done,$(1)),done,$(1)/6)] $(2) ($$((el / 60)) min $$((el % 60)) s so far$$( [ $$left -gt 0 ] && \
+echo "; about $$(( (eta + 59) / 60 )) min left"; true)) =="
 endef
 
 # Every benchmark with its documented default command, one after the other (many hours on 2 cores: the

@@ -1,0 +1,87 @@
+"""`make demo` from a fresh clone, this checkout's HEAD against an earlier commit in one invocation.
+
+    python bench/demo_bench.py --previous 3ff2f34 [--write-results]
+
+Each commit is cloned into a temporary directory; `make model` there does the set-up (its own `.venv`,
+pip from the machine's cache; the models in `~/.cache/judgeforge` are shared and already prepared, the
+same for both) and is timed apart, then `make demo` runs and is timed alone. The previous commit runs
+first, then HEAD. Reported: both times, the exit code, and each stage's seconds from the demo's own
+`== demo [k/6] ... ==` lines. The ratio is previous over current: above 1 is faster now.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import _common as C
+
+TITLE = "make demo from a fresh clone against the previous commit"
+# Older demos printed whole minutes only ("(3 min so far)"): their stage seconds are to the minute.
+STAGE = re.compile(r"^== demo \[([^\]]+)\] (.*?) \((\d+) min(?: (\d+) s)? so far")
+
+
+def timed(cmd: list[str], cwd: Path, log: Path, timeout: float) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    with open(log, "a") as out:
+        rc = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
+    return rc, time.perf_counter() - t0
+
+
+def stages(text: str) -> list[dict]:
+    """The demo's stage lines: (label, what, seconds since the demo started)."""
+    marks = [(m[1], m[2], int(m[3]) * 60 + int(m[4] or 0)) for m in map(STAGE.match, text.splitlines()) if m]
+    return [{"stage": k, "what": w.split()[0], "start_s": s, "s": (marks[i + 1][2] - s) if i + 1 < len(marks) else None}
+            for i, (k, w, s) in enumerate(marks)]
+
+
+def demo_run(commit: str, work: Path, timeout: float) -> dict:
+    clone = work / commit
+    subprocess.run(["git", "clone", "-q", str(C.REPO), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", commit], check=True)
+    log = work / f"{commit}.log"
+    rc_setup, setup_s = timed(["make", "model"], clone, log, timeout)
+    rc, wall = timed(["make", "demo"], clone, log, timeout) if rc_setup == 0 else (rc_setup, float("nan"))
+    return {"commit": commit, "rc": rc, "setup_s": round(setup_s, 1), "demo_s": round(wall, 1),
+            "stages": stages(log.read_text())}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--previous", required=True, help="the earlier commit")
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--write-results", action="store_true")
+    a = ap.parse_args(argv)
+    head = subprocess.run(["git", "-C", str(C.REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    out = {"date": C.now(), "cpu": C.cpu(), "load_start": C.loadavg()}
+    with tempfile.TemporaryDirectory(prefix="demo-bench-") as tmp:
+        out["previous"] = demo_run(a.previous, Path(tmp), a.timeout)
+        out["current"] = demo_run(head, Path(tmp), a.timeout)
+    out["load_end"] = C.loadavg()
+    C.save_results("demo", out, a)
+
+    def text(command: str) -> str:
+        p, c = out["previous"], out["current"]
+
+        def row(name, r):
+            parts = ", ".join(f"{s['what']} {s['s']}" for s in r["stages"] if s["s"] is not None)
+            return f"| {name} `{r['commit']}` | {r['rc']} | {r['setup_s']:.0f} | **{r['demo_s']:.0f}** | {parts} |"
+        return "\n".join([
+            f"## {TITLE}", "",
+            "`make model` (set-up, timed apart) then `make demo` in a fresh clone of each commit, one after the "
+            "other in one invocation (own venv each, pip cache and prepared models shared).", "",
+            "| commit | rc | set-up s | `make demo` s | stages (s) |", "|---|---:|---:|---:|---|",
+            row("previous", p), row("current", c), "",
+            f"Ratio previous/current: **{p['demo_s'] / c['demo_s']:.2f}x**.", "",
+            C.command_footer(command, out)])
+
+    return C.publish("demo_bench.py", argv, TITLE, text, a.write_results)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
