@@ -153,6 +153,41 @@ def cpu() -> str:
     return cpu_info().describe()
 
 
+def clone_at(commit: str, work: Path) -> Path:
+    """A fresh clone of this repository at `commit`, under `work` (what CI starts from)."""
+    clone = work / commit
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", commit], check=True)
+    return clone
+
+
+def previous_args(argv, timeout: float):
+    """The arguments of a fresh-clone benchmark against an earlier commit (--previous, --timeout,
+    --write-results)."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--previous", required=True, help="the earlier commit")
+    ap.add_argument("--timeout", type=float, default=timeout, help="seconds per command before it is killed")
+    ap.add_argument("--write-results", action="store_true")
+    return ap.parse_args(argv)
+
+
+def previous_then_head(run, previous: str, prefix: str) -> dict:
+    """`run(commit, work)` in fresh clones of `previous`, then of HEAD, in one invocation: the figures
+    of both under "previous" and "current", with the date, CPU and load around them."""
+    import tempfile
+
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    out = {"date": now(), "cpu": cpu(), "load_start": loadavg()}
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        out["previous"] = run(previous, Path(tmp))
+        out["current"] = run(head, Path(tmp))
+    out["load_end"] = loadavg()
+    return out
+
+
 def command_footer(command: str, out: dict) -> str:
     """The line under every table: the command, when, on which CPU, under what load, which versions."""
     return (f"Command: `{command}` ({out['date']}; CPU: {cpu()}; "

@@ -11,10 +11,8 @@ first, then HEAD. Reported: both times, the exit code, and each stage's seconds 
 
 from __future__ import annotations
 
-import argparse
 import re
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,14 +33,12 @@ def timed(cmd: list[str], cwd: Path, log: Path, timeout: float) -> tuple[int, fl
 def stages(text: str) -> list[dict]:
     """The demo's stage lines: (label, what, seconds since the demo started)."""
     marks = [(m[1], m[2], int(m[3]) * 60 + int(m[4] or 0)) for m in map(STAGE.match, text.splitlines()) if m]
-    return [{"stage": k, "what": w.split()[0], "start_s": s, "s": (marks[i + 1][2] - s) if i + 1 < len(marks) else None}
+    return [{"stage": k, "what": w.split()[0].rstrip(":"), "start_s": s, "s": (marks[i + 1][2] - s) if i + 1 < len(marks) else None}
             for i, (k, w, s) in enumerate(marks)]
 
 
 def demo_run(commit: str, work: Path, timeout: float) -> dict:
-    clone = work / commit
-    subprocess.run(["git", "clone", "-q", str(C.REPO), str(clone)], check=True)
-    subprocess.run(["git", "-C", str(clone), "checkout", "-q", commit], check=True)
+    clone = C.clone_at(commit, work)
     log = work / f"{commit}.log"
     rc_setup, setup_s = timed(["make", "model"], clone, log, timeout)
     rc, wall = timed(["make", "demo"], clone, log, timeout) if rc_setup == 0 else (rc_setup, float("nan"))
@@ -51,18 +47,8 @@ def demo_run(commit: str, work: Path, timeout: float) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--previous", required=True, help="the earlier commit")
-    ap.add_argument("--timeout", type=float, default=3600)
-    ap.add_argument("--write-results", action="store_true")
-    a = ap.parse_args(argv)
-    head = subprocess.run(["git", "-C", str(C.REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-    out = {"date": C.now(), "cpu": C.cpu(), "load_start": C.loadavg()}
-    with tempfile.TemporaryDirectory(prefix="demo-bench-") as tmp:
-        out["previous"] = demo_run(a.previous, Path(tmp), a.timeout)
-        out["current"] = demo_run(head, Path(tmp), a.timeout)
-    out["load_end"] = C.loadavg()
+    a = C.previous_args(argv, timeout=3600)
+    out = C.previous_then_head(lambda commit, work: demo_run(commit, work, a.timeout), a.previous, "demo-bench-")
     C.save_results("demo", out, a)
 
     def text(command: str) -> str:

@@ -63,6 +63,7 @@ BENCHES = (  # cheap ones first, the retraining ones last
     Bench("start", "start_bench.py", ("--previous", "5405e57"), needs=("commit:5405e57",)),
     Bench("prepare", "prepare_bench.py"),
     Bench("suite", "suite_bench.py", ("--previous", "ed1b6d8"), needs=("commit:ed1b6d8",)),
+    Bench("demo", "demo_bench.py", ("--previous", "3ff2f34"), needs=("commit:3ff2f34",)),
     Bench("peer_prometheus_eval", "peer_prometheus_eval.py", needs=("peer",)),
     Bench("train", "train_bench.py", ("--markdown",), write=None),
     Bench("train_precision", "train_precision_bench.py"),

@@ -11,11 +11,9 @@ engine starts the suite prints at its end. The ratio is previous over current: a
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,9 +23,7 @@ TITLE = "make test from a fresh clone against the previous commit"
 
 
 def suite_run(commit: str, work: Path, timeout: float) -> dict:
-    clone = work / commit
-    subprocess.run(["git", "clone", "-q", str(C.REPO), str(clone)], check=True)
-    subprocess.run(["git", "-C", str(clone), "checkout", "-q", commit], check=True)
+    clone = C.clone_at(commit, work)
     log = work / f"{commit}.log"
     t0 = time.perf_counter()
     with open(log, "w") as out:
@@ -45,18 +41,8 @@ def suite_run(commit: str, work: Path, timeout: float) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--previous", required=True, help="the earlier commit")
-    ap.add_argument("--timeout", type=float, default=5400)
-    ap.add_argument("--write-results", action="store_true")
-    a = ap.parse_args(argv)
-    head = subprocess.run(["git", "-C", str(C.REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-    out = {"date": C.now(), "load_start": C.loadavg()}
-    with tempfile.TemporaryDirectory(prefix="suite-bench-") as tmp:
-        out["previous"] = suite_run(a.previous, Path(tmp), a.timeout)
-        out["current"] = suite_run(head, Path(tmp), a.timeout)
-    out["load_end"] = C.loadavg()
+    a = C.previous_args(argv, timeout=5400)
+    out = C.previous_then_head(lambda commit, work: suite_run(commit, work, a.timeout), a.previous, "suite-bench-")
     C.save_results("suite", out, a)
 
     def text(command: str) -> str:

@@ -466,3 +466,22 @@ def test_ship_checks_apply_issue_31s_rules_and_say_what_was_not_measured(bench):
     rows = g.ship_checks(Cand(alone), "cand", vs, good["heldout_mt_bench"])
     assert all(r["passed"] for r in rows) and rows[0]["figure"]["value"] == 0.61
     assert [r["passed"] for r in g.ship_checks(Cand({}), "cand", {}, None)] == [None] * 9
+
+
+def test_demo_bench_reads_the_stage_lines_the_makefile_prints(bench, tmp_path):
+    """The Makefile's own `stage` macro (run through make, not copied) prints lines demo_bench parses, with
+    the seconds so far and an ETA; older demos' whole-minute lines parse too."""
+    extra = tmp_path / "t.mk"
+    extra.write_text("t:\n\t@echo $$(( $$(date +%s) - 90 )) > $(DEMO_DIR)/.started\n"
+                     "\t@$(call stage,3,evaluate both -> x)\n\t@$(call stage,done,outputs: y)\n")
+    run = subprocess.run(["make", "-s", "-f", str(REPO / "Makefile"), "-f", str(extra), f"DEMO_DIR={tmp_path}", "t"],
+                         capture_output=True, text=True, check=True)
+    lines = run.stdout.splitlines()
+    assert re.fullmatch(r"== demo \[3/6\] evaluate both -> x \(1 min 3\d s so far; about \d+ min left\) ==", lines[0])
+    assert re.fullmatch(r"== demo \[done\] outputs: y \(1 min 3\d s so far\) ==", lines[1])
+    got = bench("demo_bench").stages(run.stdout)
+    assert [(s["stage"], s["what"]) for s in got] == [("3/6", "evaluate"), ("done", "outputs")]
+    assert 90 <= got[0]["start_s"] <= 99 and got[0]["s"] == got[1]["start_s"] - got[0]["start_s"]
+    old = bench("demo_bench").stages("== demo [1/7] data build: a (0 min so far) ==\n"
+                                     "== demo [2/7] evaluate: b (2 min so far) ==\n")
+    assert [(s["what"], s["start_s"], s["s"]) for s in old] == [("data", 0, 120), ("evaluate", 120, None)]
