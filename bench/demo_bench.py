@@ -60,7 +60,8 @@ def main(argv=None) -> int:
         return "\n".join([
             f"## {TITLE}", "",
             "`make model` (set-up, timed apart) then `make demo` in a fresh clone of each commit, one after the "
-            "other in one invocation (own venv each, pip cache and prepared models shared).", "",
+            "other in one invocation (own venv each, pip cache and prepared models shared). Stage seconds come from "
+            "the demo's own stage lines; a demo that printed whole minutes only has them to the minute.", "",
             "| commit | rc | set-up s | `make demo` s | stages (s) |", "|---|---:|---:|---:|---|",
             row("previous", p), row("current", c), "",
             f"Ratio previous/current: **{p['demo_s'] / c['demo_s']:.2f}x**.", "",
