@@ -8,6 +8,10 @@ Two edits of one absolute record (its response split into paragraphs, else sente
 - `truncate`: the response cut after its first half. Of a response GPT-4 scored in the top half of its
   scale the cut loses content it was scored for, so the original, the LONGER one, is preferred; of a
   response scored lower nothing is known (the score is "kept"), and no pair is made.
+- `offtopic`: the response followed by the first half of another item's response (a different
+  instruction, the next in the seeded draw). Off-topic text is a flaw every rubric penalizes, so the
+  original, the SHORTER response, is preferred. Unlike `pad` it has no repeated half to spot: the judge
+  must read whether the added text answers the instruction.
 So the pad pairs teach that length bought by saying more of nothing loses, and the truncate pairs that
 content lost loses; neither is learnable from length alone. The target is `target` (default 1.0).
 A response of fewer than two units (paragraphs or sentences) gets no pair: it cannot be halved.
@@ -23,7 +27,8 @@ from typing import Sequence
 
 from judgeforge.data.pairwise import Pair
 
-PAD, TRUNCATE = "pad", "truncate"
+PAD, TRUNCATE, OFFTOPIC = "pad", "truncate", "offtopic"
+KINDS = (PAD, TRUNCATE, OFFTOPIC)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -50,13 +55,15 @@ def truncated(response: str) -> str | None:
 
 
 def length_counterfactuals(records: Sequence[dict], scale: Sequence[int], k: int, seed: int,
-                           target: float = 1.0) -> tuple[list[Pair], dict]:
-    """Up to `k` pairs of each kind from the absolute records graded on `scale`, drawn (seeded) over the
-    distinct responses; a response's score is the mean of its records' (GPT-4's samples). Returns
-    (pairs, counts): `responses` (distinct, on the scale), `pad` and `truncate` made, `unsplittable` (fewer than two units), `truncate_low` (scored in the lower half:
-    no truncate pair)."""
+                           target: float = 1.0, kinds: Sequence[str] = (PAD, TRUNCATE)) -> tuple[list[Pair], dict]:
+    """Up to `k` pairs of each of `kinds` from the absolute records graded on `scale`, drawn (seeded) over
+    the distinct responses; a response's score is the mean of its records' (GPT-4's samples). Returns
+    (pairs, counts): `responses` (distinct, on the scale), the pairs made of each kind, `unsplittable`
+    (fewer than two units), `truncate_low` (scored in the lower half: no truncate pair)."""
     if not 0.5 < target <= 1.0:
         raise ValueError(f"target must be in (0.5, 1], got {target}")
+    if not kinds or set(kinds) - set(KINDS):
+        raise ValueError(f"kinds must be a non-empty subset of {list(KINDS)}, got {list(kinds)}")
     lo, hi = scale
     by_response: dict[str, list[dict]] = {}
     for rec in records:
@@ -65,28 +72,44 @@ def length_counterfactuals(records: Sequence[dict], scale: Sequence[int], k: int
             by_response.setdefault(rec["response"], []).append(rec)
     responses = sorted(by_response)
     random.Random(f"{seed}:counterfactual").shuffle(responses)
-    counts = {"responses": len(responses), PAD: 0, TRUNCATE: 0, "unsplittable": 0, "truncate_low": 0}
+    counts = {"responses": len(responses), **{kind: 0 for kind in kinds}, "unsplittable": 0, "truncate_low": 0}
     pairs: list[Pair] = []
-    for response in responses:
+    for i, response in enumerate(responses):
         same = by_response[response]  # GPT-4's samples of one response: their mean is its score
         rec = min(same, key=lambda r: r["id"])
         score = sum(r["score"] for r in same) / len(same)
-        if counts[PAD] >= k and counts[TRUNCATE] >= k:
+        if all(counts[kind] >= k for kind in kinds):
             break
         longer, shorter = padded(response), truncated(response)
         if longer is None:
             counts["unsplittable"] += 1
             continue
-        if counts[PAD] < k:
+        if PAD in kinds and counts[PAD] < k:
             pairs.append(_pair(rec, response, longer, target, PAD))
             counts[PAD] += 1
-        if counts[TRUNCATE] < k:
+        if TRUNCATE in kinds and counts[TRUNCATE] < k:
             if score > (lo + hi) / 2:
                 pairs.append(_pair(rec, response, shorter, target, TRUNCATE))
                 counts[TRUNCATE] += 1
             else:
                 counts["truncate_low"] += 1
+        if OFFTOPIC in kinds and counts[OFFTOPIC] < k:
+            digressed = offtopic(response, rec["instruction"], responses[i + 1:] + responses[:i], by_response)
+            if digressed is not None:
+                pairs.append(_pair(rec, response, digressed, target, OFFTOPIC))
+                counts[OFFTOPIC] += 1
     return pairs, counts
+
+
+def offtopic(response: str, instruction: str, others: Sequence[str], by_response: dict[str, list[dict]]) -> str | None:
+    """The response followed by the first half (at least one unit) of the first of `others` written for
+    another instruction; None when every other response answers the same instruction."""
+    parts, sep = units(response)
+    for other in others:
+        if all(r["instruction"] != instruction for r in by_response[other]):
+            donor = units(other)[0]
+            return sep.join(parts + donor[:max(1, len(donor) // 2)])
+    return None
 
 
 def _pair(rec: dict, first: str, second: str, target: float, kind: str) -> Pair:

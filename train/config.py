@@ -177,6 +177,10 @@ class DistillSection(Config):
     (data.counterfactual: a response against itself padded with its own repeated half, the original
     preferred; against itself cut in half where GPT-4 scored it in the top half of the scale, the original
     preferred). 0: none."""
+    counterfactual_kinds: list[Literal["pad", "truncate", "offtopic"]] = Field(["pad", "truncate"], min_length=1)
+    """Which counterfactuals to make: `pad` and `truncate` as above, `offtopic` (the response followed by half
+    of another item's response, the original preferred: added length that answers nothing, with no repeated
+    half to spot)."""
     length_balance: bool = False
     """Repeat (seeded, with replacement) the pairs on the rarer side of length, preferred-shorter or
     preferred-longer, until both count the same (train/ranking.length_balance): the ranking loss can then

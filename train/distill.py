@@ -71,7 +71,8 @@ def prepare_pairs(cfg, tokenizer, records: list[dict]) -> PairFeed:
     d = cfg.distill
     pairs, counts = build_pairs(records, d.ties, d.max_pairs, cfg.seed, d.scale if d.score_pairs else None)
     if d.counterfactuals:
-        made, counts["counterfactual"] = length_counterfactuals(records, d.scale, d.counterfactuals, cfg.seed)
+        made, counts["counterfactual"] = length_counterfactuals(records, d.scale, d.counterfactuals, cfg.seed,
+                                                               kinds=d.counterfactual_kinds)
         pairs += made
     readout = score_readout(tokenizer, d.scale)
     kept, firsts, seconds, over = [], [], [], Counter()

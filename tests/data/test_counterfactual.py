@@ -39,14 +39,37 @@ sentences = st.lists(st.text("abcdefgh ", min_size=1, max_size=12).map(lambda s:
        st.integers(0, 3))
 def test_counts_add_up_and_the_original_is_always_first(rows, k, seed):
     recs = [rec(i, " ".join(s), score) for i, (s, score) in enumerate(rows)]
-    pairs, c = length_counterfactuals(recs, (1, 5), k=k, seed=seed)
-    assert c["pad"] <= k and c["truncate"] <= k and len(pairs) == c["pad"] + c["truncate"]
+    pairs, c = length_counterfactuals(recs, (1, 5), k=k, seed=seed, kinds=("pad", "truncate", "offtopic"))
+    assert c["offtopic"] <= k and c["pad"] <= k and c["truncate"] <= k and len(pairs) == c["pad"] + c["truncate"] + c["offtopic"]
     assert c["unsplittable"] + c["pad"] <= c["responses"]
     for p in pairs:
         assert p.first in {r["response"] for r in recs}
-        if p.origin == "counterfactual_pad":
+        if p.origin in ("counterfactual_pad", "counterfactual_offtopic"):
             assert len(p.second) > len(p.first) and p.second.startswith(p.first)
         else:
             assert len(p.second) < len(p.first) and p.first.startswith(p.second)
-    again, c2 = length_counterfactuals(list(reversed(recs)), (1, 5), k=k, seed=seed)
+    again, c2 = length_counterfactuals(list(reversed(recs)), (1, 5), k=k, seed=seed,
+                                       kinds=("pad", "truncate", "offtopic"))
     assert c2 == c and sorted((p.origin, p.first) for p in again) == sorted((p.origin, p.first) for p in pairs)
+
+
+def test_offtopic_appends_another_instructions_response_and_counts_only_the_kinds_asked():
+    recs = [rec(0, "A. B.", 5), rec(1, "C. D. E. F.", 2), rec(2, "G. H.", 4)]
+    recs.append({**rec(3, "I. J.", 3), "instruction": "q0"})  # q0's second response: never q0's donor
+    pairs, c = length_counterfactuals(recs, (1, 5), k=10, seed=0, kinds=["offtopic"])
+    assert c == {"responses": 4, "offtopic": 4, "unsplittable": 0, "truncate_low": 0}
+    assert {p.origin for p in pairs} == {"counterfactual_offtopic"} and all(p.target == 1.0 for p in pairs)
+    by_first = {p.first: p.second for p in pairs}
+    own = {"A. B.": "q0", "I. J.": "q0", "C. D. E. F.": "q1", "G. H.": "q2"}
+    for first, second in by_first.items():
+        added = second.removeprefix(first + " ")
+        donor = next(r for r in own if r.startswith(added))
+        assert own[donor] != own[first]  # the added text answers another instruction
+        assert added == " ".join(donor.split(" ")[:max(1, len(donor.split(" ")) // 2)])
+
+
+def test_kinds_are_checked():
+    import pytest
+    for bad in ([], ["pad", "shuffle"]):
+        with pytest.raises(ValueError, match="kinds"):
+            length_counterfactuals([rec(0, "A. B.", 5)], (1, 5), k=1, seed=0, kinds=bad)
