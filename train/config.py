@@ -199,6 +199,26 @@ class DistillSection(Config):
         return self
 
 
+class StoppingSection(Config):
+    """The stopping rule for epochs over all records (train/stopping.py): `validation` items of the training
+    mix are held out, the judge is evaluated on them the way it is used (score-only E[score] against
+    GPT-4's score, Pearson), the best evaluation's adapter is the one saved, and training stops once
+    `patience` evaluations in a row bring no gain (HF's early stopping)."""
+
+    enabled: bool = False
+    """Hold the validation items out, evaluate on them and stop by the rule. Checkpoints then follow the
+    evaluations (`every`), not `checkpoint.every`: the best one must be on disk to be loaded at the end,
+    and the evaluations' SFT eval loss is read on the validation items too (not on the builds' test split)."""
+    validation: int = Field(64, gt=2)
+    """Items held out of training for the rule (every GPT-4 sample of one graded response goes together)."""
+    every: int | None = Field(None, gt=0)
+    """Evaluate every this many optimizer steps; None: at the end of every epoch."""
+    patience: int = Field(1, ge=1)
+    """Evaluations in a row without a gain over the best before training stops."""
+    min_delta: float = Field(0.0, ge=0.0)
+    """A gain counts only above this many Pearson units."""
+
+
 class TrainConfig(Config):
     """`judgeforge train`: LoRA SFT of a judge on data builds, resumable, round after round."""
 
@@ -218,6 +238,8 @@ class TrainConfig(Config):
     """Logging and wandb."""
     distill: DistillSection = DistillSection()
     """Pairwise-to-pointwise distillation loss (off by default)."""
+    stopping: StoppingSection = StoppingSection()
+    """The stopping rule for several epochs (off by default: `optim.epochs` run whole)."""
     continue_from: str | None = None
     """A continual round (train/rounds.py): the trained adapter (a run dir or its `adapter/`) to continue
     on the next window of its data. `model.adapter` becomes it, and every `data.sources` entry of a

@@ -39,6 +39,8 @@ class Mix:
     eval: list[dict]
     sources: list[dict] = field(default_factory=list)
     duplicates: int = 0
+    validation: list[dict] = field(default_factory=list)
+    """With `stopping.enabled`: the records held out of `train` for the stopping rule."""
 
 
 def load_build(path: str | Path) -> Build:
@@ -94,6 +96,23 @@ def mix_builds(builds: list[Build], fractions: list[float], limits: list[int | N
         raise ConfigError("the data mix is empty: the sources' train.jsonl hold no records")
     mix.eval = draw(_unique(mix.eval), 1.0, eval_limit, random.Random(f"{seed}:eval"))
     return mix
+
+
+def carve_validation(records: list[dict], n: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """(train, validation): `n` items' absolute records, drawn (seeded) out of `records`, all of an item's
+    records (every GPT-4 sample of one graded response, `item_id`) on one side, so the stopping rule
+    never reads a response it trained on. Relative records and records without a score always train."""
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        if r.get("mode", "absolute") == "absolute" and isinstance(r.get("score"), (int, float)) and r.get("scale"):
+            groups.setdefault(r.get("item_id") or _key(r), []).append(i)
+    if n >= len(groups):
+        raise ConfigError(f"stopping.validation={n} items, but the training mix holds {len(groups)} scored "
+                          "items: lower it, or add data (the rest must still train)")
+    chosen = set(random.Random(f"{seed}:validation").sample(sorted(groups), n))
+    held = {i for k in chosen for i in groups[k]}
+    return ([r for i, r in enumerate(records) if i not in held],
+            [r for i, r in enumerate(records) if i in held])
 
 
 def _key(rec: dict) -> str:

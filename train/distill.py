@@ -27,7 +27,7 @@ from judgeforge.data.counterfactual import length_counterfactuals
 from judgeforge.data.pairwise import Pair, build_pairs
 from judgeforge.config import ConfigError
 from judgeforge.train import ranking
-from judgeforge.train.readout import expected_scores, score_readout
+from judgeforge.train.readout import absolute_prompt_ids, expected_scores, score_readout
 from judgeforge.train.trainer import ScoreLossTrainer
 
 log = logging.getLogger(__name__)
@@ -56,13 +56,9 @@ class PairFeed:
 
 def score_prompt_ids(tokenizer, pair: Pair, response: str, scale: tuple[int, int],
                      readout: ranking.Readout) -> list[int]:
-    """Chat-templated absolute prompt of one response (exactly the served prompt) + `[RESULT] ` + chain."""
-    from judgeforge.judge.prompts import Rubric, Scale, absolute_messages
-    from judgeforge.judge.engines.base import prompt_token_ids
-
-    msgs = absolute_messages(pair.instruction, response, Rubric.from_dict(pair.rubric), pair.reference_answer,
-                             Scale(*scale))
-    return prompt_token_ids(tokenizer, msgs) + readout.suffix
+    """The score-only prompt ids of one of a pair's responses (train.readout.absolute_prompt_ids)."""
+    return absolute_prompt_ids(tokenizer, pair.instruction, response, pair.rubric, pair.reference_answer, scale,
+                               readout)
 
 
 def prepare_pairs(cfg, tokenizer, records: list[dict]) -> PairFeed:

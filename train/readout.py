@@ -30,6 +30,16 @@ def score_readout(tokenizer, scale: tuple[int, int]) -> ranking.Readout:
         raise ConfigError(f"distill.scale {list(scale)}: {e}") from None
 
 
+def absolute_prompt_ids(tokenizer, instruction: str, response: str, rubric: dict, reference: str | None,
+                        scale: tuple[int, int], r: ranking.Readout) -> list[int]:
+    """Chat-templated absolute prompt of one response (exactly the served prompt) + `[RESULT] ` + chain."""
+    from judgeforge.judge.engines.base import prompt_token_ids
+    from judgeforge.judge.prompts import Rubric, Scale, absolute_messages
+
+    msgs = absolute_messages(instruction, response, Rubric.from_dict(rubric), reference, Scale(*scale))
+    return prompt_token_ids(tokenizer, msgs) + r.suffix
+
+
 def choice_logprobs(rows: torch.Tensor, r: ranking.Readout) -> torch.Tensor:
     """[N, rows, vocab] next-token log-probs -> [N, values] exact log-probability of each value."""
     out = []

@@ -35,7 +35,7 @@ from judgeforge.judge.adapters import meta_path
 from judgeforge.train.config import TrainConfig
 
 # Config sections that define the training result; a resumed run must not change them.
-RESULT_FIELDS = ("model", "lora", "data", "optim", "precision", "seed", "distill", "continue_from")
+RESULT_FIELDS = ("model", "lora", "data", "optim", "precision", "seed", "distill", "stopping", "continue_from")
 log = logging.getLogger(__name__)
 
 
@@ -87,13 +87,15 @@ def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
         atomic_write_json(out / "data.json", {
             "sources": mix.sources, "duplicates": mix.duplicates, "train": len(trainer.train_dataset),
             "eval": len(trainer.eval_dataset or []), "dropped_overlong": dropped,
-            "max_length": cfg.data.max_length, **extra})
+            "max_length": cfg.data.max_length, **extra, **_validation_record(trainer)})
     # Under ZeRO-3 the weights are partitioned until the engine runs: no forward pass of our own there.
     measure = feed is not None and cfg.distill.measure and not _zero3(trainer.args)
     if measure and resume is None:
         _write_distill(trainer, out, "before")
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    if trainer.eval_dataset is not None and not _evaluated_at(trainer, trainer.state.global_step):
+    # With the stopping rule the model now is the best evaluation's, already measured.
+    if trainer.eval_dataset is not None and not cfg.stopping.enabled and \
+            not _evaluated_at(trainer, trainer.state.global_step):
         trainer.evaluate()
     if measure:
         _write_distill(trainer, out, "after")
@@ -111,7 +113,8 @@ def make_trainer(cfg: TrainConfig, callbacks: Sequence = ()):
     out = Path(cfg.out)
     args = sft_args(cfg, out / "checkpoints", has_eval=len(eval_ds) > 0)  # before the model: ZeRO-3 init
     trainer, sample_log, dropped = build_trainer(cfg, args, train_ds, eval_ds, out, callbacks,
-                                                 pair_records=distill_records(cfg, mix), records=mix.train)
+                                                 pair_records=distill_records(cfg, mix), records=mix.train,
+                                                 validation=mix.validation)
     return trainer, mix, sample_log, dropped
 
 
@@ -150,6 +153,23 @@ def _write_distill(trainer, out: Path, when: str) -> None:
     log.info("distill %s training: %s", when, metrics)
 
 
+def _validation_record(trainer) -> dict:
+    """What data.json says of the stopping rule's validation items (with `stopping.enabled`)."""
+    v = getattr(trainer, "validation", None)
+    return {"validation": v.counts} if v is not None else {}
+
+
+def stopping_summary(state) -> dict:
+    """The rule's evaluations from a TrainerState, and which one the saved adapter is."""
+    from judgeforge.train.stopping import METRIC
+
+    evals = [{"step": e["step"], METRIC: e[f"eval_{METRIC}"], "eval_loss": e.get("eval_loss")}
+             for e in state.log_history if f"eval_{METRIC}" in e]
+    return {"metric": METRIC, "best": state.best_metric, "best_checkpoint": state.best_model_checkpoint,
+            "best_step": state.best_global_step, "evaluations": evals,
+            "stopped_at": state.global_step, "planned_steps": state.max_steps}
+
+
 def _check_run_dir(cfg: TrainConfig, out: Path) -> bool:
     """True if `out` holds a run of this same config; error if it holds a different one."""
     prev = out / "config.yaml"
@@ -184,6 +204,11 @@ def load_datasets(cfg: TrainConfig):
     builds = [load_build(s.path) for s in cfg.data.sources]
     mix = mix_builds(builds, [s.fraction for s in cfg.data.sources], [s.limit for s in cfg.data.sources],
                      cfg.data.seed, cfg.data.eval_limit, [s.offset for s in cfg.data.sources])
+    if cfg.stopping.enabled:  # the evaluations then read the validation items, never the test split
+        from judgeforge.train.data import carve_validation
+
+        mix.train, mix.validation = carve_validation(mix.train, cfg.stopping.validation, cfg.data.seed)
+        mix.eval = mix.validation
     def as_ds(recs):
         rows = [to_prompt_completion(r, cfg.data.target) for r in recs]
         return Dataset.from_list(rows) if rows else Dataset.from_dict({"id": [], "prompt": [], "completion": []})
@@ -197,7 +222,7 @@ def sft_args(cfg: TrainConfig, ckpt_dir: Path, has_eval: bool):
 
     o, t = cfg.optim, cfg.tracking
     wandb = t.wandb and os.environ.get("WANDB_MODE") != "disabled"
-    return SFTConfig(
+    kwargs = dict(
         # Without a GPU, bf16 means CPU autocast (chosen by `precision: auto` only on CPUs with native
         # bf16, bench/RESULTS.md), which transformers only enables when told it runs on the CPU; and
         # several processes form a CPU (gloo) group only when told so (train/distributed.py).
@@ -216,6 +241,20 @@ def sft_args(cfg: TrainConfig, ckpt_dir: Path, has_eval: bool):
         completion_only_loss=True, max_length=None, remove_unused_columns=False,
         dataloader_num_workers=0,
     )
+    return SFTConfig(**{**kwargs, **_stopping_args(cfg)})
+
+
+def _stopping_args(cfg: TrainConfig) -> dict:
+    """SFTConfig settings of the stopping rule: evaluate and checkpoint together, keep the best."""
+    if not cfg.stopping.enabled:
+        return {}
+    from judgeforge.train.stopping import METRIC
+
+    every = cfg.stopping.every
+    strategy = "steps" if every else "epoch"
+    return {"eval_strategy": strategy, "save_strategy": strategy, "eval_steps": every,
+            "save_steps": every or cfg.checkpoint.every, "load_best_model_at_end": True,
+            "metric_for_best_model": METRIC, "greater_is_better": True}
 
 
 def resolve_continue(cfg: TrainConfig) -> TrainConfig:
@@ -308,12 +347,13 @@ def _peft_model(cfg: TrainConfig, model, args):
 
 def build_trainer(cfg: TrainConfig, args, train_ds, eval_ds, out: Path, callbacks: Sequence = (),
                   loaded: tuple | None = None, pair_records: list[dict] | None = None,
-                  records: list[dict] | None = None):
+                  records: list[dict] | None = None, validation: list[dict] | None = None):
     """The SFTTrainer, its datasets cut to `max_length`, the sample log and the dropped ids.
 
     `loaded`: an already built (model, tokenizer) instead of loading `cfg.model.name`;
     `pair_records`: where `distill` takes its preference pairs from (with `distill.enabled`);
-    `records`: the training records (their teacher distributions, with `data.target: distribution`)."""
+    `records`: the training records (their teacher distributions, with `data.target: distribution`);
+    `validation`: the records the stopping rule reads (with `stopping.enabled`)."""
     from judgeforge.train.checkpoints import CompletionMarker, SampleLog
     from judgeforge.train.lora import apply_dropout
     from judgeforge.train.trainer import JudgeSFTTrainer
@@ -343,7 +383,21 @@ def build_trainer(cfg: TrainConfig, args, train_ds, eval_ds, out: Path, callback
     if cfg.data.target == "distribution":  # outermost: the sample log strips the ids it reads
         trainer.data_collator = trainer.soft.collate(trainer.data_collator)
     trainer.add_callback(sample_log)
+    if cfg.stopping.enabled:
+        _add_stopping(cfg, trainer, tok, validation or [])
     return trainer, sample_log, dropped
+
+
+def _add_stopping(cfg: TrainConfig, trainer, tok, validation: list[dict]) -> None:
+    from transformers import EarlyStoppingCallback
+
+    from judgeforge.train.stopping import prepare_validation
+
+    if _zero3(trainer.args):  # the rule's forward passes are our own, outside the engine's partitioning
+        raise ConfigError("stopping needs whole weights for its validation read; it does not run under ZeRO-3")
+    trainer.validation = prepare_validation(tok, validation, cfg.data.max_length)
+    trainer.add_callback(EarlyStoppingCallback(cfg.stopping.patience, cfg.stopping.min_delta))
+    log.info("stopping: %s", trainer.validation.counts)
 
 
 def _fit(ds, max_length: int, keep_id: bool):
@@ -418,7 +472,8 @@ def _save_final(cfg: TrainConfig, trainer, adapter_dir: Path, mix) -> None:
                "window": window_record(s["offset"], s["limit"], cfg.data.seed)} for s in mix.sources],
         global_step=trainer.state.global_step, lora_dropout=cfg.lora.dropout, target=cfg.data.target,
         lora_modules=len(summary["modules"]), lora_parameters=summary["parameters"],
-        trainable_params=summary["trainable_params"]))
+        trainable_params=summary["trainable_params"],
+        **({"stopping": stopping_summary(trainer.state)} if cfg.stopping.enabled else {})))
     if adapter_dir.exists():
         shutil.rmtree(adapter_dir)
     os.replace(staging, adapter_dir)

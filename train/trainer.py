@@ -50,6 +50,21 @@ class JudgeSFTTrainer(SFTTrainer):
             base.set_output_embeddings(head)
         head.to(head.get_base_layer().weight.device)  # the Trainer may have moved the model
 
+    validation = None
+    """A train.stopping.ValidationSet (with `stopping.enabled`): every evaluation also reads it."""
+
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
+                        metric_key_prefix="eval"):
+        # Here, not in evaluate(): the metrics must be in place before HF's callbacks (early stopping)
+        # and its best-checkpoint tracking read them.
+        out = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+        if self.validation is not None:
+            from judgeforge.train.stopping import validation_metrics
+
+            got = validation_metrics(self.model, self.validation, self.compute_loss_context_manager())
+            out.metrics.update({f"{metric_key_prefix}_{k}": v for k, v in got.items()})
+        return out
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if not self.unfused_loss:
             with compact_cpu_head():
