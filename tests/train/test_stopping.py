@@ -130,6 +130,16 @@ def test_epochs_stop_on_the_rule_and_keep_the_best_evaluation(tiny_llama, build_
     assert best.keys() == saved.keys()
     assert all(np.allclose(best[k].numpy(), saved[k].numpy()) for k in best)
 
+    # Killed after the first epoch's checkpoint: the rerun resumes, with the rule's state, and ends the same.
+    import shutil
+
+    shutil.rmtree(out / f"checkpoints/checkpoint-{2 * steps_per_epoch}")
+    shutil.rmtree(adapter)
+    again = train(cfg)
+    assert json.loads((again / "judgeforge.json").read_text())["stopping"]["evaluations"] == meta["evaluations"]
+    resumed = load_file(again / "adapter_model.safetensors")
+    assert all(np.allclose(saved[k].numpy(), resumed[k].numpy(), atol=1e-6) for k in saved)
+
 
 def _validation_records(cfg) -> list[dict]:
     from judgeforge.train.run import load_datasets
