@@ -105,7 +105,7 @@ def carve_validation(records: list[dict], n: int, seed: int) -> tuple[list[dict]
     groups: dict[str, list[int]] = {}
     for i, r in enumerate(records):
         if r.get("mode", "absolute") == "absolute" and isinstance(r.get("score"), (int, float)) and r.get("scale"):
-            groups.setdefault(r.get("item_id") or _key(r), []).append(i)
+            groups.setdefault(item_key(r), []).append(i)
     if n >= len(groups):
         raise ConfigError(f"stopping.validation={n} items, but the training mix holds {len(groups)} scored "
                           "items: lower it, or add data (the rest must still train)")
@@ -113,6 +113,11 @@ def carve_validation(records: list[dict], n: int, seed: int) -> tuple[list[dict]
     held = {i for k in chosen for i in groups[k]}
     return ([r for i, r in enumerate(records) if i not in held],
             [r for i, r in enumerate(records) if i in held])
+
+
+def item_key(rec: dict) -> str:
+    """The graded item a record belongs to: every GPT-4 sample of one response shares it."""
+    return rec.get("item_id") or _key(rec)
 
 
 def _key(rec: dict) -> str:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from judgeforge.train.data import item_key
+
 log = logging.getLogger(__name__)
 
 METRIC = "val_pearson"
@@ -38,7 +40,7 @@ def item_targets(records: list[dict]) -> list[tuple[dict, float]]:
     """(first record, GPT-4's mean score) per item (`item_id`), in first-seen order. Pure logic."""
     items: dict[str, list[dict]] = {}
     for r in records:
-        items.setdefault(r.get("item_id") or r.get("content_hash") or r["id"], []).append(r)
+        items.setdefault(item_key(r), []).append(r)
     return [(rs[0], sum(float(r["score"]) for r in rs) / len(rs)) for rs in items.values()]
 
 

@@ -180,7 +180,8 @@ def end(procs, grace: float = GRACE_S, why: str = "the engine's parent is gone",
             return
         if sig == signal.SIGKILL and before_kill is not None:
             _signal(procs, signal.SIGSTOP)
-            procs = _stopped(alive_with_children(procs))
+            _wait_stopped(procs)
+            procs = alive_with_children(procs)
             before_kill(procs)
         log.warning("%s: %s to %s", why, sig.name,
                     ", ".join(describe(p) for p in sorted(procs, key=lambda p: p.pid)))
@@ -188,9 +189,10 @@ def end(procs, grace: float = GRACE_S, why: str = "the engine's parent is gone",
         procs = wait_ended(procs, grace)
 
 
-def _stopped(procs, timeout: float = 2.0) -> set:
-    """`procs`, once each is stopped or gone (at most `timeout` s): SIGSTOP takes effect when the kernel
-    next schedules the process, which on a loaded CPU is after `send_signal` returns (CI saw one running)."""
+def _wait_stopped(procs, timeout: float = 2.0) -> None:
+    """Wait until each of `procs` is stopped or gone (at most `timeout` s): SIGSTOP takes effect when the
+    kernel next schedules the process, which on a loaded CPU is after `send_signal` returns (CI saw one
+    still running)."""
     import psutil
 
     done = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
@@ -204,7 +206,6 @@ def _stopped(procs, timeout: float = 2.0) -> set:
                 pending.discard(p)
         if pending:
             time.sleep(0.01)
-    return alive_with_children(procs)
 
 
 def _signal(procs, sig) -> None:
