@@ -217,6 +217,11 @@ class StoppingSection(Config):
     """Evaluations in a row without a gain over the best before training stops."""
     min_delta: float = Field(0.0, ge=0.0)
     """A gain counts only above this many Pearson units."""
+    start: bool = True
+    """Continuing an adapter (`model.adapter`): read it on the validation items before the first step and
+    count it as a contender. An evaluation must beat it to be kept, early stopping counts from it, and if
+    none beats it the saved adapter is the start's weights (judgeforge.json: `kept: start`): a second pass
+    that only hurts costs `every` steps, not the whole run."""
 
 
 class TrainConfig(Config):

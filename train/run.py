@@ -92,7 +92,10 @@ def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
     measure = feed is not None and cfg.distill.measure and not _zero3(trainer.args)
     if measure and resume is None:
         _write_distill(trainer, out, "before")
+    if resume is not None:  # the start was read before the first step: its figure is in the resumed state
+        trainer.args.eval_on_start = False
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    _keep_start(cfg, trainer)
     # With the stopping rule the model now is the best evaluation's, already measured.
     if trainer.eval_dataset is not None and not cfg.stopping.enabled and \
             not _evaluated_at(trainer, trainer.state.global_step):
@@ -159,14 +162,27 @@ def _validation_record(trainer) -> dict:
     return {"validation": v.counts} if v is not None else {}
 
 
+def _start_contends(cfg: TrainConfig) -> bool:
+    return cfg.stopping.enabled and cfg.stopping.start and bool(cfg.model.adapter)
+
+
+def _keep_start(cfg: TrainConfig, trainer) -> None:
+    """With the start as a contender (`stopping.start`) that no evaluation beat: its weights are the run's."""
+    from judgeforge.train.stopping import restore_start, start_kept
+
+    if _start_contends(cfg) and start_kept(trainer.state):
+        restore_start(trainer.model, adapter_path(cfg.model.adapter))
+
+
 def stopping_summary(state) -> dict:
     """The rule's evaluations from a TrainerState, and which one the saved adapter is."""
-    from judgeforge.train.stopping import METRIC
+    from judgeforge.train.stopping import METRIC, start_kept
 
     evals = [{"step": e["step"], METRIC: e[f"eval_{METRIC}"], "eval_loss": e.get("eval_loss")}
              for e in state.log_history if f"eval_{METRIC}" in e]
     return {"metric": METRIC, "best": state.best_metric, "best_checkpoint": state.best_model_checkpoint,
             "best_step": state.best_global_step, "evaluations": evals,
+            "kept": "start" if start_kept(state) else "best",
             "stopped_at": state.global_step, "planned_steps": state.max_steps}
 
 
@@ -254,6 +270,7 @@ def _stopping_args(cfg: TrainConfig) -> dict:
     strategy = "steps" if every else "epoch"
     return {"eval_strategy": strategy, "save_strategy": strategy, "eval_steps": every,
             "save_steps": every or cfg.checkpoint.every, "load_best_model_at_end": True,
+            "eval_on_start": _start_contends(cfg),
             "metric_for_best_model": METRIC, "greater_is_better": True}
 
 
@@ -397,6 +414,10 @@ def _add_stopping(cfg: TrainConfig, trainer, tok, validation: list[dict]) -> Non
         raise ConfigError("stopping needs whole weights for its validation read; it does not run under ZeRO-3")
     trainer.validation = prepare_validation(tok, validation, cfg.data.max_length)
     trainer.add_callback(EarlyStoppingCallback(cfg.stopping.patience, cfg.stopping.min_delta))
+    if _start_contends(cfg):
+        from judgeforge.train.stopping import start_contender
+
+        trainer.add_callback(start_contender())  # after early stopping: see start_contender
     log.info("stopping: %s", trainer.validation.counts)
 
 

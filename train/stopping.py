@@ -108,3 +108,37 @@ def validation_metrics(model, v: ValidationSet, context=None) -> dict:
     if r is None:
         log.warning("stopping: E[score] is constant on the %d validation items; %s reported as -1.0", len(got), METRIC)
     return {METRIC: -1.0 if r is None else r, "val_items": len(got)}
+
+
+def start_contender():
+    """An HF callback that makes the evaluation before the first step (`eval_on_start`) the best so far, so
+    later evaluations must beat the start. Added after HF's early stopping, which must read that first
+    evaluation as its reference and not as an evaluation without gain."""
+    from transformers import TrainerCallback
+
+    class StartContender(TrainerCallback):
+        def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+            if state.global_step == 0 and metrics and f"eval_{METRIC}" in metrics:
+                state.best_metric, state.best_global_step = metrics[f"eval_{METRIC}"], 0
+                log.info("stopping: the start reads %s %.4f; an evaluation must beat it", METRIC, state.best_metric)
+
+    return StartContender()
+
+
+def start_kept(state) -> bool:
+    """Whether no evaluation beat the start (start_contender): HF then loaded no checkpoint."""
+    return state.best_global_step == 0 and state.best_model_checkpoint is None
+
+
+def restore_start(model, adapter_dir) -> None:
+    """Put the start adapter's weights back into the trained PEFT `model`, to be saved as the run's."""
+    from pathlib import Path
+
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    got = set_peft_model_state_dict(model, load_file(Path(adapter_dir) / "adapter_model.safetensors"))
+    if getattr(got, "unexpected_keys", None):
+        raise RuntimeError(f"the start adapter {adapter_dir} does not fit the model: {got.unexpected_keys[:3]}")
+    log.info("stopping: no evaluation beat the start; the saved adapter is %s's weights", adapter_dir)
+

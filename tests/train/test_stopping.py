@@ -145,3 +145,47 @@ def _validation_records(cfg) -> list[dict]:
     from judgeforge.train.run import load_datasets
 
     return load_datasets(cfg)[0].validation
+
+
+@pytest.mark.slow
+def test_a_continued_adapter_is_a_contender_and_kept_when_no_evaluation_beats_it(tiny_llama, build_dir, tmp_path,
+                                                                                  helpers, monkeypatch):
+    """Continuing an adapter with the rule (`stopping.start`): the start is read before the first step,
+    an epoch that reads lower does not replace it, training stops by patience, and the saved adapter is
+    the start's weights, not the trained checkpoint's. The rule's figure is the real read, lowered after
+    the start so the outcome is fixed; training, checkpoints and the restore are real."""
+    from safetensors.torch import load_file
+
+    import judgeforge.train.stopping as stopping
+    from judgeforge.train.run import train
+
+    data = helpers.short_build(build_dir, tmp_path / "data", 12, n_test=2)
+    targets = "lora.target_modules=[q_proj,v_proj]"
+    start = train(helpers.tiny_config(tiny_llama, data, tmp_path / "start", targets, "optim.epochs=1"))
+
+    real, reads = stopping.validation_metrics, []
+
+    def lowered(model, v, context=None):
+        got = real(model, v, context)
+        reads.append(got[stopping.METRIC])
+        return {**got, stopping.METRIC: 0.5 if len(reads) == 1 else 0.5 - 0.1 * len(reads)}
+
+    monkeypatch.setattr(stopping, "validation_metrics", lowered)
+    out = tmp_path / "continued"
+    cfg = helpers.tiny_config(tiny_llama, data, out, targets, f"model.adapter={start}", "optim.epochs=4",
+                              "stopping.enabled=true", "stopping.validation=3", "stopping.patience=1",
+                              "checkpoint.keep=null")
+    adapter = train(cfg)
+
+    meta = json.loads((adapter / "judgeforge.json").read_text())["stopping"]
+    steps_per_epoch = -(-json.loads((out / "data.json").read_text())["train"] // 2)
+    assert [e["step"] for e in meta["evaluations"]] == [0, steps_per_epoch] and len(reads) == 2
+    assert all(-1.0 <= r <= 1.0 for r in reads)
+    assert meta["kept"] == "start" and meta["best_step"] == 0 and meta["best"] == 0.5
+    assert meta["stopped_at"] == steps_per_epoch < meta["planned_steps"]
+    began = load_file(start / "adapter_model.safetensors")
+    saved = load_file(adapter / "adapter_model.safetensors")
+    trained = load_file(out / f"checkpoints/checkpoint-{steps_per_epoch}/adapter_model.safetensors")
+    assert began.keys() == saved.keys() == trained.keys()
+    assert all(np.allclose(began[k].numpy(), saved[k].numpy()) for k in began)
+    assert not all(np.allclose(began[k].numpy(), trained[k].numpy()) for k in began)  # the epoch did train
