@@ -141,4 +141,3 @@ def restore_start(model, adapter_dir) -> None:
     if getattr(got, "unexpected_keys", None):
         raise RuntimeError(f"the start adapter {adapter_dir} does not fit the model: {got.unexpected_keys[:3]}")
     log.info("stopping: no evaluation beat the start; the saved adapter is %s's weights", adapter_dir)
-
