@@ -343,7 +343,18 @@ class Pair:
     """The records aggregated into this pair."""
     origin: str = "relative"
     """`relative`: GPT-4 compared the two (relative records); `scores`: two absolutely graded responses to
-    one item, ordered by GPT-4's scores (`score_pairs`)."""
+    one item, ordered by GPT-4's scores (`score_pairs`); `cross_item`: responses to two different items
+    (`cross_item_pairs`)."""
+    second_item: dict | None = None
+    """Cross-item pairs: the second response's own `instruction`, `rubric` and `reference_answer`; None: the
+    pair's, shared by both responses."""
+
+    def context(self, second: bool) -> tuple[str, dict, str | None]:
+        """(instruction, rubric, reference answer) one of the responses is graded with."""
+        if second and self.second_item is not None:
+            o = self.second_item
+            return o["instruction"], o.get("rubric") or {}, o.get("reference_answer")
+        return self.instruction, self.rubric, self.reference_answer
 
 
 def _pair_key(rec: dict) -> str:
@@ -430,6 +441,66 @@ def score_pairs(records: Sequence[dict], scale: Sequence[int], ties: str = SKIP_
                               target=t, judgments=len(sa) + len(sb),
                               ids=[r["id"] for r in responses[first] + responses[second]], origin="scores"))
     return pairs, balanced, paired
+
+
+def _graded_responses(records: Sequence[dict], scale: Sequence[int]) -> dict[str, list[dict]]:
+    """Absolute records graded on `scale`, grouped by (item, response): each group is GPT-4's samples of one
+    graded response."""
+    out: dict[str, list[dict]] = {}
+    for rec in records:
+        if (rec.get("mode", "absolute") == "absolute" and isinstance(rec.get("score"), (int, float))
+                and list(rec.get("scale") or ()) == list(scale)):
+            key = json.dumps([rec["instruction"], rec.get("rubric"), rec.get("reference_answer"), rec["response"]],
+                             sort_keys=True)
+            out.setdefault(key, []).append(rec)
+    return out
+
+
+def cross_item_pairs(records: Sequence[dict], scale: Sequence[int], k: int, seed: int,
+                     min_gap: float = 1.0) -> tuple[list[Pair], dict]:
+    """Up to `k` pairs of two graded responses to *different* items on `scale`, drawn (seeded) among the
+    pairs whose mean GPT-4 scores differ by at least `min_gap`; P(first better) as in `score_pairs` (the
+    share of sample pairs where the first scored higher, equal scores half), the preferred response first,
+    each with its own item (`Pair.second_item`).
+
+    Why: absolute grading puts every item on one scale, and the held-out figure (Pearson over items) is how
+    well the judge orders responses to different items. Logs like MT-Bench's 1-5 single-answer judgments
+    hold one graded response per item, so they give no `score_pairs`; across items they give thousands,
+    many of them won by the shorter response. Returns (pairs, counts): `responses` (distinct graded
+    responses on the scale), `cross_item` (pairs drawn), `cross_item_shorter` (of them, won by the response
+    with fewer characters)."""
+    if min_gap <= 0:
+        raise ValueError(f"min_gap must be > 0, got {min_gap}")
+    groups = _graded_responses(records, scale)
+    keys = sorted(groups)
+    items = [json.dumps(json.loads(key)[:3]) for key in keys]
+    means = [sum(r["score"] for r in groups[key]) / len(groups[key]) for key in keys]
+    rng = random.Random(f"{seed}:cross_item")
+    chosen: dict[tuple[int, int], Pair] = {}
+    tries = 0
+    while len(chosen) < k and len(keys) >= 2 and tries < 50 * max(k, 1):
+        tries += 1
+        i, j = sorted(rng.sample(range(len(keys)), 2))
+        if items[i] == items[j] or abs(means[i] - means[j]) < min_gap or (i, j) in chosen:
+            continue
+        pair = _cross_pair(groups[keys[i]], groups[keys[j]])
+        # The samples' share and the means must agree on the winner (they can split on wide samples).
+        if pair.target > 0.5 and (pair.first == groups[keys[i]][0]["response"]) == (means[i] > means[j]):
+            chosen[(i, j)] = pair
+    pairs = [chosen[ij] for ij in sorted(chosen)]
+    shorter = sum(len(p.first) < len(p.second) for p in pairs)
+    return pairs, {"responses": len(keys), "cross_item": len(pairs), "cross_item_shorter": shorter}
+
+
+def _cross_pair(a: list[dict], b: list[dict]) -> Pair:
+    t = sum((x["score"] > y["score"]) + 0.5 * (x["score"] == y["score"]) for x in a for y in b) / (len(a) * len(b))
+    first, second, t = (a, b, t) if t >= 0.5 else (b, a, 1.0 - t)
+    f, s = first[0], second[0]
+    return Pair(instruction=f["instruction"], first=f["response"], second=s["response"], rubric=f.get("rubric") or {},
+                reference_answer=f.get("reference_answer"), target=t, judgments=len(a) + len(b),
+                ids=[r["id"] for r in first + second], origin="cross_item",
+                second_item={"instruction": s["instruction"], "rubric": s.get("rubric") or {},
+                             "reference_answer": s.get("reference_answer")})
 
 
 def _aggregate(recs: list[dict]) -> Pair:

@@ -181,6 +181,12 @@ class DistillSection(Config):
     """Which counterfactuals to make: `pad` and `truncate` as above, `offtopic` (the response followed by half
     of another item's response, the original preferred: added length that answers nothing, with no repeated
     half to spot)."""
+    cross_item: int = Field(0, ge=0)
+    """Also up to this many pairs of graded responses to two *different* items on `scale`, ordered by GPT-4's
+    scores (data.pairwise.cross_item_pairs): one absolute scale across items is what Pearson over items
+    reads, and logs with one graded response per item (MT-Bench's 1-5) give no `score_pairs`. 0: none."""
+    cross_item_gap: float = Field(1.0, gt=0.0)
+    """Cross-item pairs only between responses whose mean GPT-4 scores differ by at least this much."""
     length_balance: bool = False
     """Repeat (seeded, with replacement) the pairs on the rarer side of length, preferred-shorter or
     preferred-longer, until both count the same (train/ranking.length_balance): the ranking loss can then

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from collections import Counter
 
 from judgeforge.data.counterfactual import length_counterfactuals
-from judgeforge.data.pairwise import Pair, build_pairs
+from judgeforge.data.pairwise import Pair, build_pairs, cross_item_pairs
 from judgeforge.config import ConfigError
 from judgeforge.train import ranking
 from judgeforge.train.readout import absolute_prompt_ids, expected_scores, score_readout
@@ -54,11 +54,12 @@ class PairFeed:
         return [p.target for p in self.pairs]
 
 
-def score_prompt_ids(tokenizer, pair: Pair, response: str, scale: tuple[int, int],
+def score_prompt_ids(tokenizer, pair: Pair, second: bool, scale: tuple[int, int],
                      readout: ranking.Readout) -> list[int]:
-    """The score-only prompt ids of one of a pair's responses (train.readout.absolute_prompt_ids)."""
-    return absolute_prompt_ids(tokenizer, pair.instruction, response, pair.rubric, pair.reference_answer, scale,
-                               readout)
+    """The score-only prompt ids of one of a pair's responses, with its own item (train.readout.absolute_prompt_ids)."""
+    instruction, rubric, reference = pair.context(second)
+    return absolute_prompt_ids(tokenizer, instruction, pair.second if second else pair.first, rubric, reference,
+                               scale, readout)
 
 
 def prepare_pairs(cfg, tokenizer, records: list[dict]) -> PairFeed:
@@ -70,10 +71,13 @@ def prepare_pairs(cfg, tokenizer, records: list[dict]) -> PairFeed:
         made, counts["counterfactual"] = length_counterfactuals(records, d.scale, d.counterfactuals, cfg.seed,
                                                                kinds=d.counterfactual_kinds)
         pairs += made
+    if d.cross_item:
+        made, counts["cross_item"] = cross_item_pairs(records, d.scale, d.cross_item, cfg.seed, d.cross_item_gap)
+        pairs += made
     readout = score_readout(tokenizer, d.scale)
     kept, firsts, seconds, over = [], [], [], Counter()
     for p in pairs:
-        a, b = (score_prompt_ids(tokenizer, p, r, d.scale, readout) for r in (p.first, p.second))
+        a, b = (score_prompt_ids(tokenizer, p, second, d.scale, readout) for second in (False, True))
         if max(len(a), len(b)) > cfg.data.max_length:
             over[p.origin] += p.judgments if p.origin == "relative" else 1  # relative: records; others: pairs
             continue
@@ -82,10 +86,11 @@ def prepare_pairs(cfg, tokenizer, records: list[dict]) -> PairFeed:
         seconds.append(b)
     counts.update(overlong=over["relative"], paired=counts["paired"] - over["relative"], pairs=len(kept),
                   score_overlong=over["scores"], score_pairs=counts["score_pairs"] - over["scores"],
-                  counterfactual_overlong=sum(n for o, n in over.items() if o.startswith("counterfactual")))
+                  counterfactual_overlong=sum(n for o, n in over.items() if o.startswith("counterfactual")),
+                  **({"cross_item_overlong": over["cross_item"]} if d.cross_item else {}))
     if not kept:
         raise ConfigError(f"distill: no preference pairs to train on ({counts}); distill.sources (or the "
-                          "training mix) must hold relative records of decisive pairs (with distill.score_pairs or "
+                          "training mix) must hold relative records of decisive pairs (with distill.score_pairs, distill.cross_item or "
                           "distill.counterfactuals, absolute records on distill.scale)")
     if d.length_balance:  # repeats are draws of kept pairs, not records: outside the record buckets
         order = ranking.length_balance([(len(a), len(b)) for a, b in zip(firsts, seconds)],

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from judgeforge.data.pairwise import build_pairs
+from judgeforge.data.pairwise import build_pairs, cross_item_pairs
 from judgeforge.train import ranking as R
 
 finite = st.floats(-30, 30, allow_nan=False)
@@ -129,6 +129,43 @@ def test_score_pairs_order_responses_by_gpt4_scores():
     assert c0["score_pairs"] == 0 and c0["absolute"] == 9 and len(plain) == 1
     half, _ = build_pairs(recs, ties="half", from_scores=(1, 10))
     assert sorted(p.target for p in half if p.origin == "scores") == [0.5, 0.5, 1.0, 1.0]
+
+
+def test_cross_item_pairs_order_two_items_by_gpt4_scores_each_with_its_own_item():
+    recs = [ab("q1", "long answer", 2, (1, 5)), ab("q1", "long answer", 3, (1, 5)),   # one response, 2 samples
+            ab("q2", "ok", 5, (1, 5)), ab("q3", "meh", 3, (1, 5)),
+            ab("q4", "same item?", 3, (1, 5)), ab("q4", "another", 2, (1, 5)),          # one item, 2 responses
+            ab("q5", "other scale", 9), rel("q6", "a", "b", "A")]                       # not read
+    pairs, c = cross_item_pairs(recs, (1, 5), k=100, seed=0)
+    assert c["responses"] == 5 and c["cross_item"] == len(pairs)
+    got = {(p.first, p.second): p for p in pairs}
+    # mean gaps of at least 1 (q1's response: 2.5): "ok" over all four, "meh" over "another"; q4's two never pair
+    assert set(got) == {("ok", "long answer"), ("ok", "meh"), ("ok", "same item?"), ("ok", "another"),
+                        ("meh", "another")}
+    p = got[("ok", "long answer")]
+    assert (p.target, p.judgments, p.origin, p.instruction) == (1.0, 3, "cross_item", "q2")
+    assert p.context(False)[0] == "q2" and p.context(True)[0] == "q1" and p.second_item["instruction"] == "q1"
+    assert c["cross_item_shorter"] == sum(len(q.first) < len(q.second) for q in pairs)
+    assert cross_item_pairs(recs, (1, 5), k=100, seed=0)[0] == pairs           # seeded
+    assert len(cross_item_pairs(recs, (1, 5), k=2, seed=1)[0]) == 2
+    with pytest.raises(ValueError):
+        cross_item_pairs(recs, (1, 5), k=1, seed=0, min_gap=0)
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(1, 5), st.integers(0, 3)), min_size=0, max_size=30),
+       st.integers(0, 20), st.integers(0, 5), st.sampled_from([0.5, 1.0, 2.0]))
+def test_cross_item_pairs_are_across_items_decisive_and_at_most_k(rows, k, seed, gap):
+    recs = [ab(f"q{q}", f"r{q}-{v}", score, (1, 5)) for q, score, v in rows]
+    pairs, c = cross_item_pairs(recs, (1, 5), k, seed, gap)
+    means = {}
+    for r in recs:
+        means.setdefault((r["instruction"], r["response"]), []).append(r["score"])
+    assert c["cross_item"] == len(pairs) <= k and c["responses"] == len(means)
+    for p in pairs:
+        a, b = (sum(v) / len(v) for v in (means[(p.instruction, p.first)], means[(p.second_item["instruction"], p.second)]))
+        assert p.instruction != p.second_item["instruction"] and a - b >= gap and p.target > 0.5
+    assert len({(p.first, p.second) for p in pairs}) == len(pairs)
 
 
 verdicts = st.lists(st.tuples(st.integers(0, 4), st.booleans(), st.sampled_from("AB")), min_size=1, max_size=30)
@@ -282,6 +319,26 @@ def test_score_and_counterfactual_pairs_join_the_feed(tiny_llama, build_dir, tmp
     for p, a, b in zip(feed.pairs, feed.first_ids, feed.second_ids):
         if p.origin == "counterfactual_pad":
             assert len(a) < len(b)  # the preferred original is the shorter prompt
+
+
+@pytest.mark.slow
+def test_cross_item_pairs_join_the_feed_each_response_read_with_its_own_item(tiny_llama, build_dir, tmp_path, helpers):
+    from transformers import AutoTokenizer
+
+    from judgeforge.io import read_jsonl
+    from judgeforge.train.distill import prepare_pairs
+
+    records = read_jsonl(helpers.short_build(build_dir, tmp_path / "abs", 6, n_test=0) / "train.jsonl")
+    records = [{**r, "score": 1 + 2 * (i % 3)} for i, r in enumerate(records)]  # scores 1, 3, 5: gaps of 2
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    feed = prepare_pairs(distill_config(tiny_llama, tmp_path / "abs", tmp_path / "run", "distill.cross_item=4"),
+                         tok, records)
+    assert feed.counts["cross_item"]["cross_item"] == len(feed.pairs) >= 2 and feed.counts["cross_item_overlong"] == 0
+    for p, a, b in zip(feed.pairs, feed.first_ids, feed.second_ids):
+        assert p.origin == "cross_item" and p.target > 0.5
+        first, second = tok.decode(a), tok.decode(b)
+        assert p.first in first and p.second in second and p.instruction.strip() in first
+        assert p.second_item["instruction"].strip() in second and p.instruction.strip() not in second
 
 
 @pytest.mark.slow
