@@ -25,7 +25,7 @@ import random
 import re
 from typing import Sequence
 
-from judgeforge.data.pairwise import Pair
+from judgeforge.data.pairwise import Pair, graded_on
 
 PAD, TRUNCATE, OFFTOPIC = "pad", "truncate", "offtopic"
 KINDS = (PAD, TRUNCATE, OFFTOPIC)
@@ -67,8 +67,7 @@ def length_counterfactuals(records: Sequence[dict], scale: Sequence[int], k: int
     lo, hi = scale
     by_response: dict[str, list[dict]] = {}
     for rec in records:
-        if (rec.get("mode", "absolute") == "absolute" and isinstance(rec.get("score"), (int, float))
-                and list(rec.get("scale") or ()) == [lo, hi]):
+        if graded_on(rec, scale):
             by_response.setdefault(rec["response"], []).append(rec)
     responses = sorted(by_response)
     random.Random(f"{seed}:counterfactual").shuffle(responses)

@@ -417,12 +417,8 @@ def score_pairs(records: Sequence[dict], scale: Sequence[int], ties: str = SKIP_
     prompt the judge is used with. Returns (pairs, balanced pairs skipped, records paired); records
     without a numeric score or with no other response to their item are not paired."""
     by_item: dict[str, dict[str, list[dict]]] = {}
-    for rec in records:
-        if (rec.get("mode", "absolute") != "absolute" or not isinstance(rec.get("score"), (int, float))
-                or list(rec.get("scale") or ()) != list(scale)):
-            continue
-        key = json.dumps([rec["instruction"], rec.get("rubric"), rec.get("reference_answer")], sort_keys=True)
-        by_item.setdefault(key, {}).setdefault(rec["response"], []).append(rec)
+    for recs in _graded_responses(records, scale).values():
+        by_item.setdefault(_item_key(recs[0]), {})[recs[0]["response"]] = recs
     pairs, balanced, paired = [], 0, 0
     for responses in by_item.values():
         if len(responses) < 2:
@@ -430,7 +426,7 @@ def score_pairs(records: Sequence[dict], scale: Sequence[int], ties: str = SKIP_
         paired += sum(len(v) for v in responses.values())
         for a, b in itertools.combinations(sorted(responses), 2):
             sa, sb = ([r["score"] for r in responses[x]] for x in (a, b))
-            t = sum((x > y) + 0.5 * (x == y) for x in sa for y in sb) / (len(sa) * len(sb))
+            t = sample_share(sa, sb)
             if t == 0.5 and ties == SKIP_TIES:
                 balanced += 1
                 continue
@@ -443,17 +439,33 @@ def score_pairs(records: Sequence[dict], scale: Sequence[int], ties: str = SKIP_
     return pairs, balanced, paired
 
 
+def graded_on(rec: dict, scale: Sequence[int]) -> bool:
+    """Whether `rec` is an absolute record with a numeric GPT-4 score on `scale`."""
+    return (rec.get("mode", "absolute") == "absolute" and isinstance(rec.get("score"), (int, float))
+            and list(rec.get("scale") or ()) == list(scale))
+
+
+def _item_key(rec: dict) -> str:
+    """What makes two graded responses answers to one item: instruction, rubric and reference answer."""
+    return json.dumps([rec["instruction"], rec.get("rubric"), rec.get("reference_answer")], sort_keys=True)
+
+
 def _graded_responses(records: Sequence[dict], scale: Sequence[int]) -> dict[str, list[dict]]:
     """Absolute records graded on `scale`, grouped by (item, response): each group is GPT-4's samples of one
     graded response."""
     out: dict[str, list[dict]] = {}
     for rec in records:
-        if (rec.get("mode", "absolute") == "absolute" and isinstance(rec.get("score"), (int, float))
-                and list(rec.get("scale") or ()) == list(scale)):
+        if graded_on(rec, scale):
             key = json.dumps([rec["instruction"], rec.get("rubric"), rec.get("reference_answer"), rec["response"]],
                              sort_keys=True)
             out.setdefault(key, []).append(rec)
     return out
+
+
+def sample_share(first: Sequence[float], second: Sequence[float]) -> float:
+    """P(first better) from GPT-4's samples of two responses: the share of (sample of first, sample of second)
+    pairs where the first scored higher, equal scores counting half."""
+    return sum((x > y) + 0.5 * (x == y) for x in first for y in second) / (len(first) * len(second))
 
 
 def cross_item_pairs(records: Sequence[dict], scale: Sequence[int], k: int, seed: int,
@@ -473,7 +485,7 @@ def cross_item_pairs(records: Sequence[dict], scale: Sequence[int], k: int, seed
         raise ValueError(f"min_gap must be > 0, got {min_gap}")
     groups = _graded_responses(records, scale)
     keys = sorted(groups)
-    items = [json.dumps(json.loads(key)[:3]) for key in keys]
+    items = [_item_key(groups[key][0]) for key in keys]
     means = [sum(r["score"] for r in groups[key]) / len(groups[key]) for key in keys]
     rng = random.Random(f"{seed}:cross_item")
     chosen: dict[tuple[int, int], Pair] = {}
@@ -483,21 +495,20 @@ def cross_item_pairs(records: Sequence[dict], scale: Sequence[int], k: int, seed
         i, j = sorted(rng.sample(range(len(keys)), 2))
         if items[i] == items[j] or abs(means[i] - means[j]) < min_gap or (i, j) in chosen:
             continue
-        pair = _cross_pair(groups[keys[i]], groups[keys[j]])
+        a, b = groups[keys[i]], groups[keys[j]]
+        t = sample_share([r["score"] for r in a], [r["score"] for r in b])
         # The samples' share and the means must agree on the winner (they can split on wide samples).
-        if pair.target > 0.5 and (pair.first == groups[keys[i]][0]["response"]) == (means[i] > means[j]):
-            chosen[(i, j)] = pair
+        if t != 0.5 and (t > 0.5) == (means[i] > means[j]):
+            chosen[(i, j)] = _cross_pair(a, b, t) if t > 0.5 else _cross_pair(b, a, 1.0 - t)
     pairs = [chosen[ij] for ij in sorted(chosen)]
     shorter = sum(len(p.first) < len(p.second) for p in pairs)
     return pairs, {"responses": len(keys), "cross_item": len(pairs), "cross_item_shorter": shorter}
 
 
-def _cross_pair(a: list[dict], b: list[dict]) -> Pair:
-    t = sum((x["score"] > y["score"]) + 0.5 * (x["score"] == y["score"]) for x in a for y in b) / (len(a) * len(b))
-    first, second, t = (a, b, t) if t >= 0.5 else (b, a, 1.0 - t)
+def _cross_pair(first: list[dict], second: list[dict], t: float) -> Pair:
     f, s = first[0], second[0]
     return Pair(instruction=f["instruction"], first=f["response"], second=s["response"], rubric=f.get("rubric") or {},
-                reference_answer=f.get("reference_answer"), target=t, judgments=len(a) + len(b),
+                reference_answer=f.get("reference_answer"), target=t, judgments=len(first) + len(second),
                 ids=[r["id"] for r in first + second], origin="cross_item",
                 second_item={"instruction": s["instruction"], "rubric": s.get("rubric") or {},
                              "reference_answer": s.get("reference_answer")})
