@@ -53,7 +53,8 @@ ROUNDS_CFG = REPO / "configs" / "eval" / "embedded-judge-rounds.yaml"
 JF = [sys.executable, "-m", "judgeforge.cli"]
 VARIANTS = ("n1", "n3", EXPECTED, SCORE_ONLY)
 DATA_CFG = "configs/data/embedded-judge.yaml"
-BUILDS = {"runs/data/embedded-judge": DATA_CFG, "runs/data/fastchat-forks": "configs/data/fastchat-forks.yaml"}
+BUILDS = {"runs/data/embedded-judge": DATA_CFG, "runs/data/fastchat-forks": "configs/data/fastchat-forks.yaml",
+          "runs/data/vicuna-train": "configs/data/vicuna-train.yaml"}
 """The data builds the rounds train on (out dir -> `judgeforge data build` config)."""
 POLL_S = 2.0
 """How often `timed` reads the step's process tree's CPU time."""
