@@ -79,6 +79,11 @@ class DataSection(Config):
     cut off the score) and listed in data.json."""
     seed: int = 42
     """Seed for the replay draws and the eval subset."""
+    length_decorrelate: float | None = None
+    """Drop whole graded items from the mix until the Pearson correlation of the teacher's score with
+    response length (characters) is at most this, per scale (greedy, deterministic; train.data
+    `decorrelate_length`), so the records stop rewarding length as a shortcut. The counts and r before
+    and after are in data.json (`length`). None: keep every record."""
     target: Literal["feedback", "score", "distribution"] = "feedback"
     """What the assistant turn trains: `feedback` = GPT-4's feedback then `[RESULT] n` (the
     Prometheus format); `score` = `[RESULT] n` alone, the score straight after the prompt (a

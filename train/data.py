@@ -41,6 +41,8 @@ class Mix:
     duplicates: int = 0
     validation: list[dict] = field(default_factory=list)
     """With `stopping.enabled`: the records held out of `train` for the stopping rule."""
+    length: dict = field(default_factory=dict)
+    """With `data.length_decorrelate`: per scale, r(score, length) before and after, and the records dropped."""
 
 
 def load_build(path: str | Path) -> Build:
@@ -113,6 +115,67 @@ def carve_validation(records: list[dict], n: int, seed: int) -> tuple[list[dict]
     held = {i for k in chosen for i in groups[k]}
     return ([r for i, r in enumerate(records) if i not in held],
             [r for i, r in enumerate(records) if i in held])
+
+
+def decorrelate_length(records: list[dict], limit: float) -> tuple[list[dict], list[dict], dict]:
+    """(kept, dropped, summary): whole graded items dropped, greedily, until the Pearson correlation of
+    the teacher's score with the response's length (characters) is at most `limit` on each scale.
+
+    A judge trained on records whose scores follow length learns length as a shortcut; this takes the
+    shortcut's reward out of the mix while keeping as many records as it can. Each step drops the item
+    (all its samples, `item_key`) whose removal lowers r the most; ties go to the first in record order,
+    so the choice is deterministic. Relative records and records without a score or scale are kept."""
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(records):
+        if r.get("mode", "absolute") == "absolute" and isinstance(r.get("score"), (int, float)) \
+                and r.get("scale") and isinstance(r.get("response"), str):
+            groups.setdefault(tuple(r["scale"]), []).append(i)
+    dropped_idx: set[int] = set()
+    summary: dict = {}
+    for scale, idx in groups.items():
+        drop, before, after = _greedy_decorrelate([records[i] for i in idx], limit)
+        dropped_idx.update(idx[j] for j in drop)
+        summary[f"{scale[0]}-{scale[1]}"] = {"records": len(idx), "dropped": len(drop),
+                                             "r_before": before, "r_after": after}
+    kept = [r for i, r in enumerate(records) if i not in dropped_idx]
+    return kept, [records[i] for i in sorted(dropped_idx)], summary
+
+
+def _greedy_decorrelate(recs: list[dict], limit: float) -> tuple[list[int], float | None, float | None]:
+    """(indices dropped, r before, r after) for one scale's records; r is over records, items drop whole."""
+    items: dict[str, list[int]] = {}
+    for j, r in enumerate(recs):
+        items.setdefault(item_key(r), []).append(j)
+    # per item: (count, sum x, sum y, sum xx, sum yy, sum xy), x = length, y = score
+    stats = {k: _sums([(float(len(recs[j]["response"])), float(recs[j]["score"])) for j in js])
+             for k, js in items.items()}
+    total = [sum(s[t] for s in stats.values()) for t in range(6)]
+    before = r = _pearson(total)
+    while r is not None and r > limit and len(stats) > 2:
+        best_key, best_r = None, r
+        for k, s in stats.items():
+            cand = _pearson([a - b for a, b in zip(total, s)])
+            if cand is not None and cand < best_r:
+                best_key, best_r = k, cand
+        if best_key is None:
+            break
+        total = [a - b for a, b in zip(total, stats.pop(best_key))]
+        r = best_r
+    dropped = sorted(j for k, js in items.items() if k not in stats for j in js)
+    return dropped, before, r
+
+
+def _sums(xy: list[tuple[float, float]]) -> tuple[float, ...]:
+    return (len(xy), sum(x for x, _ in xy), sum(y for _, y in xy), sum(x * x for x, _ in xy),
+            sum(y * y for _, y in xy), sum(x * y for x, y in xy))
+
+
+def _pearson(s) -> float | None:
+    n, sx, sy, sxx, syy, sxy = s
+    vx, vy = n * sxx - sx * sx, n * syy - sy * sy
+    if n < 3 or vx <= 1e-12 * max(1.0, n * sxx) or vy <= 1e-12 * max(1.0, n * syy):
+        return None
+    return (n * sxy - sx * sy) / (vx * vy) ** 0.5
 
 
 def item_key(rec: dict) -> str:

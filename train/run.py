@@ -87,7 +87,8 @@ def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
         atomic_write_json(out / "data.json", {
             "sources": mix.sources, "duplicates": mix.duplicates, "train": len(trainer.train_dataset),
             "eval": len(trainer.eval_dataset or []), "dropped_overlong": dropped,
-            "max_length": cfg.data.max_length, **extra, **_validation_record(trainer)})
+            "max_length": cfg.data.max_length, **({"length": mix.length} if mix.length else {}),
+            **extra, **_validation_record(trainer)})
     # Under ZeRO-3 the weights are partitioned until the engine runs: no forward pass of our own there.
     measure = feed is not None and cfg.distill.measure and not _zero3(trainer.args)
     if measure and resume is None:
@@ -225,6 +226,16 @@ def load_datasets(cfg: TrainConfig):
 
         mix.train, mix.validation = carve_validation(mix.train, cfg.stopping.validation, cfg.data.seed)
         mix.eval = mix.validation
+    if cfg.data.length_decorrelate is not None:
+        from judgeforge.train.data import decorrelate_length
+
+        mix.train, dropped, by_scale = decorrelate_length(mix.train, cfg.data.length_decorrelate)
+        mix.length = {"limit": cfg.data.length_decorrelate, "dropped": len(dropped), "by_scale": by_scale}
+        log.info("data.length_decorrelate: %d records dropped, %s", len(dropped), by_scale)
+        stuck = [k for k, v in by_scale.items() if v["r_after"] is not None and v["r_after"] > cfg.data.length_decorrelate]
+        if stuck:
+            log.warning("data.length_decorrelate: no single item's removal lowers r on scale %s any further", stuck)
+
     def as_ds(recs):
         rows = [to_prompt_completion(r, cfg.data.target) for r in recs]
         return Dataset.from_list(rows) if rows else Dataset.from_dict({"id": [], "prompt": [], "completion": []})
