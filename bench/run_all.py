@@ -45,6 +45,8 @@ class Bench:
 BENCHES = (  # cheap ones first, the retraining ones last
     Bench("data_build", "data_build.py"),
     Bench("cascade", "cascade_bench.py"),
+    Bench("paired_length", "paired_length.py", ("bench/results/learning_curve/r5",
+                                                "bench/results/learning_curve/choices/decorr-r5"), write=None),
     Bench("fuzz_server", "fuzz_server.py", write=None),
     Bench("fuzz_server_vllm", "fuzz_server.py", ("--engine", "vllm", "--cases", "300"), write=None),
     Bench("serve", "serve_bench.py", ("--prompts", "64", "--max-tokens", "48")),

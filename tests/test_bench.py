@@ -485,3 +485,15 @@ def test_demo_bench_reads_the_stage_lines_the_makefile_prints(bench, tmp_path):
     old = bench("demo_bench").stages("== demo [1/7] data build: a (0 min so far) ==\n"
                                      "== demo [2/7] evaluate: b (2 min so far) ==\n")
     assert [(s["what"], s["start_s"], s["s"]) for s in old] == [("data", 0, 120), ("evaluate", 120, None)]
+
+
+def test_paired_length_reads_the_committed_predictions_and_pairs_the_same_items(bench):
+    pl = bench("paired_length")
+    r5 = pl.expected_scores(REPO / "bench/results/learning_curve/r5", "heldout")
+    assert len(r5) == 160
+    same = pl.paired(r5, r5, n_boot=50)
+    assert same["length_r"]["diff"] == 0 and same["length_r"]["ci"] == [0.0, 0.0]
+    assert abs(same["pearson"]["a"] - 0.528) < 0.001  # round 5's committed figure
+    flipped = {k: (-e, n, ref) for k, (e, n, ref) in r5.items()}  # a judge that reads every score backwards
+    res = pl.paired(r5, flipped, n_boot=200)
+    assert res["length_r"]["b"] == -res["length_r"]["a"] and res["length_r"]["ci"][1] < 0
