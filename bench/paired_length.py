@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from judgeforge.judge.scores import expected
+
 log = logging.getLogger("paired_length")
 
 
@@ -28,8 +30,7 @@ def expected_scores(run: Path, name: str) -> dict[str, tuple[float, float, float
         probs = r.get("score_only_probs")
         if r.get("set") != name or not probs or r.get("ref") is None:
             continue
-        out[r["item_id"]] = (sum(float(k) * p for k, p in probs.items()) / sum(probs.values()),
-                             float(r["length"]), float(r["ref"]))
+        out[r["item_id"]] = (expected(probs), float(r["length"]), float(r["ref"]))
     return out
 
 
