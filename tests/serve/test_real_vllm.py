@@ -171,7 +171,9 @@ def test_schema_fuzz_real_engine_no_5xx(server):
                   database=None)
         def check(case):
             case.body = _cap(case.body)
-            response = case.call(headers=AUTH)
+            # schemathesis reads for 10 s by default; a grade on a loaded 2-core CPU can take longer, and this
+            # test asserts the answer's class (no 5xx), not its latency
+            response = case.call(headers=AUTH, timeout=120)
             seen.append((op.path, response.status_code))
             assert response.status_code < 500, (case.path, case.body, response.text[:300])
 
