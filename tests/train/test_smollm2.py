@@ -38,8 +38,8 @@ def cli(*args: str, **kw) -> subprocess.CompletedProcess:
 def test_default_recipe_trains_smollm2_and_the_merged_judge_grades(repo, build_dir, default_model_dir, tmp_path):
     out = tmp_path / "run"
     run = cli("train", "--config", str(repo / "configs/train/default.yaml"), f"out={out}",
-              f"data.sources=[{{path: {build_dir}, limit: 24}}]", "optim.max_steps=2", "optim.batch_size=2",
-              "data.eval_limit=6", "checkpoint.every=1", "tracking.wandb=false", timeout=900)
+              f"data.sources=[{{path: {build_dir}, limit: 24}}]", "optim.max_steps=2", "optim.batch_size=1",
+              "data.eval_limit=2", "checkpoint.every=1", "tracking.wandb=false", timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     adapter = out / "adapter"
     assert run.stdout.strip().endswith(str(adapter))
