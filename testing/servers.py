@@ -84,8 +84,17 @@ def vllm_serve_command(model_dir) -> list[str]:
         return [sys.executable, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", str(model_dir)]
 
 
+def serve_dtype() -> str:
+    """judgeforge's own engines' dtype rule (judgeforge.hardware): `vllm serve`'s `auto` picks bfloat16 on
+    any x86 CPU, and emulated bf16 decodes several times slower than float32 on an AVX2-only one."""
+    from judgeforge.hardware import cpu_info, cuda_available, engine_dtype
+
+    return engine_dtype("auto", cpu_info(), gpu=cuda_available()).value
+
+
 class VLLMServe:
-    """A real `vllm serve` (OpenAI-compatible) of a local model on 127.0.0.1, eager (no compile at start);
+    """A real `vllm serve` (OpenAI-compatible) of a local model on 127.0.0.1, eager (no compile at start),
+    in the dtype judgeforge's engines would take on this machine;
     `url` is the server root, its API is under `url + "/v1"`. Stopped with SIGTERM, then SIGKILL."""
 
     def __init__(self, model_dir, log: Path, max_model_len: int = 2048):
@@ -93,7 +102,7 @@ class VLLMServe:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(log)
         args = ["--port", str(self.port), "--host", "127.0.0.1", "--max-model-len", str(max_model_len),
-                "--enforce-eager"]
+                "--enforce-eager", "--dtype", serve_dtype()]
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen([*vllm_serve_command(model_dir), *args], env=env, stdout=out,

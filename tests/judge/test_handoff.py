@@ -2,7 +2,7 @@
 has started, in-flight work finishes where it began, and every answer names the engine that drew it.
 
 Pure logic over two minimal engines (the real servers with a transformers -> vLLM handoff:
-tests/serve/test_handoff_server.py)."""
+tests/serve/test_real_vllm.py, its first test)."""
 
 from __future__ import annotations
 

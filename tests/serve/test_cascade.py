@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -296,8 +297,10 @@ def test_real_vllm_serve_teacher(tmp_path, vllm_serve, default_model_dir, monkey
         "cascade.teacher.sampling.seed=0", "cascade.timeout_s=300", f"store.path={tmp_path / 'j.sqlite'}"])
     reqs = [{"instruction": "What is 2+2?", "response": r, "rubric": "reasoning", "reference_answer": "4",
              "n": 1} for r in ("4", "5")]
-    with TestClient(create_app(cfg, ScriptedEngine())) as c:
-        answers = [c.post("/v1/grade", json=r, headers=AUTH) for r in reqs]
+    with TestClient(create_app(cfg, ScriptedEngine())) as c, ThreadPoolExecutor(len(reqs)) as pool:
+        # together, as a server's clients send them: the teacher decodes both in one batch (a lone
+        # sequence decodes at ~13 tokens/s on 2 AVX2 cores, and each answer may be re-asked twice)
+        answers = list(pool.map(lambda r: c.post("/v1/grade", json=r, headers=AUTH), reqs))
     assert [r.status_code for r in answers] == [200] * len(reqs), answers[0].text
     with JudgmentStore(tmp_path / "j.sqlite", create=False) as store:
         assert store.count() == len(reqs)

