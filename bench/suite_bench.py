@@ -37,7 +37,10 @@ def suite_run(commit: str, work: Path, timeout: float) -> dict:
     starts = re.findall(r"real engine starts: .*", tail)
     return {"commit": commit, "rc": rc, "wall_s": round(wall, 1), "pytest_s": float(pytest_s[-1]) if pytest_s else None,
             "passed": int(passed[-1]) if passed else None, "starts": starts[-1] if starts else None,
-            "failed": re.findall(r"^FAILED .*", text, re.M)[:10]}
+            "failed": re.findall(r"^FAILED .*", text, re.M)[:10],
+            # the suite's own slowest-tests list: what a later change to the suite starts from
+            "slowest": re.findall(r"^\s*([0-9.]+s (?:setup|call|teardown)\s+\S+)", text, re.M)[:40],
+            "tail": tail[-3000:] if rc else ""}
 
 
 def main(argv=None) -> int:
