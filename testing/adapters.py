@@ -1,4 +1,5 @@
-"""A small random LoRA adapter on a local base model (for tests and the LoRA benchmark)."""
+"""A small random LoRA adapter on a local base model (for tests and the LoRA benchmark), and the config
+overrides that serve adapters."""
 
 from __future__ import annotations
 
@@ -29,3 +30,8 @@ def make_lora_adapter(base_dir: str | Path, out_dir: str | Path, r: int = 8, see
         meta["template_version"] = template_version
     (out / META_FILE).write_text(json.dumps(meta))
     return out
+
+
+def adapter_overrides(adapters: dict[str, str | Path]) -> list[str]:
+    """`engine.adapters.<name>=<path>` config overrides serving `adapters` (name -> adapter dir)."""
+    return [f"engine.adapters.{name}={path}" for name, path in adapters.items()]

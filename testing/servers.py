@@ -85,11 +85,13 @@ def vllm_serve_command(model_dir) -> list[str]:
 
 
 def serve_dtype() -> str:
-    """judgeforge's own engines' dtype rule (judgeforge.hardware): `vllm serve`'s `auto` picks bfloat16 on
-    any x86 CPU, and emulated bf16 decodes several times slower than float32 on an AVX2-only one."""
-    from judgeforge.hardware import cpu_info, cuda_available, engine_dtype
+    """The dtype judgeforge's own vLLM engine takes here (judge/engines/vllm.engine_dtype): `vllm serve`'s
+    `auto` picks bfloat16 on any x86 CPU, and emulated bf16 decodes several times slower than float32 on
+    an AVX2-only one."""
+    from judgeforge.judge.config import EngineConfig
+    from judgeforge.judge.engines.vllm import engine_dtype
 
-    return engine_dtype("auto", cpu_info(), gpu=cuda_available()).value
+    return engine_dtype(EngineConfig(kind="vllm"))
 
 
 class VLLMServe:

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from judgeforge.serve.process import ServerProcess
+from testing.adapters import adapter_overrides
 
 pytestmark = pytest.mark.slow
 
@@ -26,13 +27,9 @@ def _server(repo, config, overrides, tmp_path):
     return srv
 
 
-def _adapter_overrides(adapters):
-    return [f"engine.adapters.{name}={path}" for name, path in adapters.items()]
-
-
 def test_transformers_server_n5_lora_and_sigterm_drain(repo, tmp_path, lora_adapters):
     srv = _server(repo, "configs/serve/transformers.yaml",
-                  ["sampling.max_tokens=32", "engine.cpu_threads=1", *_adapter_overrides(lora_adapters)],
+                  ["sampling.max_tokens=32", "engine.cpu_threads=1", *adapter_overrides(lora_adapters)],
                   tmp_path)
     try:
         r = httpx.post(srv.url + "/v1/grade", json={**BODY, "n": 5, "seed": 1}, headers=AUTH, timeout=600)

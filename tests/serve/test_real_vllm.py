@@ -25,6 +25,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 from judgeforge.serve.process import ServerProcess
+from testing.adapters import adapter_overrides
 
 pytestmark = pytest.mark.slow
 
@@ -45,8 +46,7 @@ OVERRIDES = ["sampling.max_tokens=48", "sampling.max_n=8", "sampling.max_tokens_
 def started(repo, default_model_dir, lora_adapters, tmp_path_factory):
     """The module's server as it starts: healthy once the transformers warm start answers."""
     log = tmp_path_factory.mktemp("serve") / "server.log"
-    adapters = [f"engine.adapters.{name}={path}" for name, path in lora_adapters.items()]
-    srv = ServerProcess(repo / "configs/serve/default.yaml", OVERRIDES + adapters,
+    srv = ServerProcess(repo / "configs/serve/default.yaml", OVERRIDES + adapter_overrides(lora_adapters),
                         env={"JUDGEFORGE_API_KEY": KEY, "VLLM_CPU_KVCACHE_SPACE": "1"}, log=log)
     try:
         srv.wait_ready()
