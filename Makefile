@@ -17,10 +17,12 @@ BENCH_ARGS ?=
 
 all: test
 
-# The install runs through uv: from a fresh clone pip took 201 s to install the extras, uv 30 s, the same
-# versions (2 AVX2 EPYC cores, bench/RESULTS.md). uv reads neither pip.conf nor PIP_* variables, so the
-# indexes, find-links and constraints pip is configured with (`pip config list`) are passed on, and uv
-# picks the best version across indexes as pip does. Where uv cannot be installed or fails, pip installs.
+# The install runs through uv, faster than pip for the same versions (bench/setup_bench.py). uv reads
+# neither pip.conf nor PIP_* variables, so the indexes, find-links and constraints pip is configured with
+# (`pip config list`) are passed on, and uv picks the best version across indexes as pip does. Bytecode is
+# compiled at install, as pip does: with PYTHONDONTWRITEBYTECODE set (as on these machines) every process
+# would otherwise recompile what it imports (`import vllm` 26 s instead of 11 s). Where uv cannot be
+# installed or fails, pip installs.
 define PIP_TO_UV
 import subprocess, sys
 flags = {"index-url": "--index-url", "extra-index-url": "--extra-index-url",
@@ -40,7 +42,7 @@ export PIP_TO_UV
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q uv && $(PY) -m uv pip install -q --python $(PY) $$($(PY) -c "$$PIP_TO_UV") \
-	    --upgrade-package pip pip -e ".[$(EXTRAS)]" || \
+	    --compile-bytecode --upgrade-package pip pip -e ".[$(EXTRAS)]" || \
 	  ( echo "uv did not install the extras: pip instead" && $(PY) -m pip install -q --upgrade pip && \
 	    $(PY) -m pip install -q -e ".[$(EXTRAS)]" )
 	@# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside torch 2.13.0+cpu,

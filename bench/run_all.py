@@ -64,6 +64,7 @@ BENCHES = (  # cheap ones first, the retraining ones last
     Bench("eval_vs_previous", "eval_vs_previous.py", ("--previous", "2010ce7"), needs=("commit:2010ce7",)),
     Bench("start", "start_bench.py", ("--previous", "5405e57"), needs=("commit:5405e57",)),
     Bench("prepare", "prepare_bench.py"),
+    Bench("setup", "setup_bench.py"),
     Bench("suite", "suite_bench.py", ("--previous", "ed1b6d8"), needs=("commit:ed1b6d8",)),
     Bench("demo", "demo_bench.py", ("--previous", "3ff2f34"), needs=("commit:3ff2f34",)),
     Bench("peer_prometheus_eval", "peer_prometheus_eval.py", needs=("peer",)),

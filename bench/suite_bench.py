@@ -3,7 +3,7 @@
     python bench/suite_bench.py --previous ed1b6d8 [--write-results]
 
 Each commit is cloned into a temporary directory and `make test` runs there as CI runs it (`.ci/run`:
-its own `.venv`, pip from the machine's cache; the models in `~/.cache/judgeforge` are shared and
+its own `.venv`, installed as that commit's Makefile installs it; the models in `~/.cache/judgeforge` are shared and
 already prepared, the same for both). The previous commit runs first, then HEAD. Reported: the wall
 time of the whole command and of pytest alone (its own `in N s`), the tests passed, and the real
 engine starts the suite prints at its end. The ratio is previous over current: above 1 is faster now.
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
         return "\n".join([
             f"## {TITLE}", "",
             "`make test` (`.ci/run`) from a fresh clone of each commit, one after the other in one invocation "
-            "(own venv each, pip cache and prepared models shared).", "",
+            "(own venv each, the installers' caches and the prepared models shared).", "",
             "| commit | rc | passed | pytest s | whole command s | real engine starts |", "|---|---:|---:|---:|---:|---|",
             row("previous", p), row("current", c), "",
             f"Ratio previous/current: pytest **{p['pytest_s'] / c['pytest_s']:.2f}x**, whole command "
