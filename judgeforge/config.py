@@ -2,7 +2,9 @@
 
 Every command has one pydantic config class (fields documented by their
 docstrings, litgpt-style). `load_config` resolves it; `save_resolved` writes the
-result beside the command's output so every artefact says how it was made.
+result beside the command's output so every artefact says how it was made. A YAML may
+start from another (`extends: default.yaml`, relative to the file) and state only what it
+changes; the resolved config saved beside the output is the whole, merged one.
 
 A relative path in a config (an input, a vendored set, an accelerate config) is the current
 directory's when it is there, else the shipped tree's (`shipped_path`, under `PACKAGE_ROOT`), so the
@@ -77,8 +79,22 @@ def _set_dotted(tree: dict, path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-def read_yaml(path: str | Path) -> dict:
-    p = Path(path)
+EXTENDS = "extends"
+"""The top-level key naming the YAML a config file starts from (its path relative to that file)."""
+
+
+def merge_trees(base: dict, over: dict) -> dict:
+    """`over` on top of `base`, as new dicts: mappings merge key by key, anything else in `over`
+    (a scalar, a list, null) replaces what `base` has, so a list of sets is restated whole."""
+    merged = dict(base)
+    for key, value in over.items():
+        below = merged.get(key)
+        both = isinstance(below, dict) and isinstance(value, dict)
+        merged[key] = merge_trees(below, value) if both else value
+    return merged
+
+
+def _load_mapping(p: Path) -> dict:
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     try:
@@ -88,6 +104,24 @@ def read_yaml(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p} must hold a mapping at the top level")
     return data
+
+
+def read_yaml(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
+    """The file's mapping; when it names a file under `extends`, that file's (read the same way)
+    with this one's keys merged on top (`merge_trees`), so a variant states only what it changes."""
+    p = Path(path)
+    data = _load_mapping(p)
+    parent = data.pop(EXTENDS, None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str) or not parent:
+        raise ConfigError(f"config file {p}: `{EXTENDS}` must be a YAML file's path, got {parent!r}")
+    chain = _chain + (p.resolve(),)
+    base = (p.parent / parent).resolve()
+    if base in chain:
+        raise ConfigError("config files extend each other in a cycle: "
+                          + " -> ".join(str(c) for c in chain + (base,)))
+    return merge_trees(read_yaml(base, chain), data)
 
 
 def _format_validation(cls: type, err: ValidationError, source: str) -> str:

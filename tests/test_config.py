@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from judgeforge.config import Config, ConfigError, load_config, save_resolved
+from hypothesis import given
+from hypothesis import strategies as st
+
+from judgeforge.config import Config, ConfigError, load_config, merge_trees, read_yaml, save_resolved
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,6 +76,64 @@ def test_save_resolved_roundtrips(tmp_path):
     cfg = load_config(Outer, None, ["inner.rank=4"])
     path = save_resolved(cfg, tmp_path)
     assert load_config(Outer, path) == cfg
+
+
+def test_extends_merges_mappings_and_replaces_the_rest(tmp_path):
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "b.yaml").write_text("name: b\nlr: 0.5\ninner:\n  rank: 16\n  targets: [q, k, v]\n")
+    (tmp_path / "base" / "v.yaml").write_text("extends: b.yaml\ninner:\n  targets: [o]\n")
+    child = tmp_path / "c.yaml"
+    child.write_text("extends: base/v.yaml  # relative to this file\nlr: 0.25\n")
+    cfg = load_config(Outer, child, ["name=cli"])
+    assert (cfg.name, cfg.lr, cfg.inner.rank, cfg.inner.targets) == ("cli", 0.25, 16, ["o"])
+    saved = yaml.safe_load(save_resolved(cfg, tmp_path / "out").read_text())
+    assert "extends" not in saved and saved["inner"] == {"rank": 16, "targets": ["o"]}
+
+
+def test_extends_in_a_cycle_is_named(tmp_path):
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\nname: b\n")
+    with pytest.raises(ConfigError, match=r"cycle: .*a\.yaml -> .*b\.yaml -> .*a\.yaml"):
+        read_yaml(tmp_path / "a.yaml")
+
+
+@pytest.mark.parametrize("text, message", [("extends: gone.yaml\n", "not found: .*gone.yaml"),
+                                           ("extends: [a.yaml]\n", "`extends` must be a YAML file's path"),
+                                           ("extends: ''\n", "`extends` must be a YAML file's path")])
+def test_a_bad_extends_is_named(tmp_path, text, message):
+    (tmp_path / "c.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        read_yaml(tmp_path / "c.yaml")
+
+
+_keys = st.sampled_from("abcd")
+_trees = st.recursive(st.integers() | st.lists(st.integers(), max_size=2),
+                      lambda inner: st.dictionaries(_keys, inner, max_size=3), max_leaves=8)
+
+
+@given(st.dictionaries(_keys, _trees, max_size=4), st.dictionaries(_keys, _trees, max_size=4))
+def test_merge_trees_keeps_both_sides_and_the_override_wins(base, over):
+    before = (repr(base), repr(over))
+    merged = merge_trees(base, over)
+    assert (repr(base), repr(over)) == before  # neither input is changed
+    assert merged.keys() == base.keys() | over.keys()
+    for key, value in merged.items():
+        if key not in over:
+            assert value == base[key]
+        elif isinstance(value, dict) and isinstance(base.get(key), dict):
+            assert value == merge_trees(base[key], over[key])
+        else:
+            assert value == over[key]
+    assert merge_trees(base, {}) == base and merge_trees({}, over) == over and merge_trees(merged, over) == merged
+
+
+def test_the_trained_eval_is_the_default_eval_on_another_judge():
+    from judgeforge.eval.config import EvalConfig
+
+    default, trained = (load_config(EvalConfig, REPO / f"configs/eval/{n}.yaml") for n in ("default", "trained"))
+    assert [j.name for j in trained.judges] == ["trained"] and trained.out != default.out
+    same = default.model_dump(exclude={"judges", "out"})
+    assert trained.model_dump(exclude={"judges", "out"}) == same
 
 
 def _config_class(stage: str):
