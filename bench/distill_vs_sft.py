@@ -30,6 +30,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning_curve as lc  # noqa: E402  (the timed, resumable step runner)
+from judgeforge.config import read_yaml  # noqa: E402
 from judgeforge.eval.metrics_file import SCORE_ONLY, Metrics  # noqa: E402
 
 ROOT = lc.REPO / "runs" / "distill"
@@ -49,7 +50,7 @@ log = logging.getLogger("distill_vs_sft")
 
 def train_arm(arm: str, records: int, sets: list[str]) -> Path:
     adir = ROOT / arm
-    cfg = yaml.safe_load(lc.TRAIN_CFG.read_text())
+    cfg = read_yaml(lc.TRAIN_CFG)
     cfg["out"] = str(adir / "train")
     cfg["data"]["sources"][0]["limit"] = records
     cfg["tracking"]["run_name"] = f"distill-vs-sft-{arm}-train"

@@ -31,6 +31,7 @@ import yaml
 
 from _common import REPO, cpu, now
 from learning_curve import JF, timed
+from judgeforge.config import read_yaml
 from judgeforge.eval.metrics_file import Metrics
 
 CONFIG = REPO / "configs" / "eval" / "generalization.yaml"
@@ -42,7 +43,7 @@ log = logging.getLogger("generalization")
 
 def set_config(name: str, max_items: int | None) -> dict:
     """configs/eval/generalization.yaml with only set `name` (and its seeded subset size)."""
-    cfg = yaml.safe_load(CONFIG.read_text())
+    cfg = read_yaml(CONFIG)
     sets = [s for s in cfg["sets"] if s["name"] == name]
     if not sets:
         raise SystemExit(f"no set {name!r} in {CONFIG}: {[s['name'] for s in cfg['sets']]}")
@@ -88,7 +89,7 @@ def shipped() -> dict:
 
 def run(args) -> None:
     sizes = dict(kv.split("=", 1) for kv in args.max_items)
-    names = args.sets.split(",") if args.sets else [s["name"] for s in yaml.safe_load(CONFIG.read_text())["sets"]]
+    names = args.sets.split(",") if args.sets else [s["name"] for s in read_yaml(CONFIG)["sets"]]
     for name in names:
         run_set(name, int(sizes[name]) if name in sizes else None, RESUMABLE if args.ray else [])
 
@@ -127,7 +128,7 @@ def _timing(per_set: list[dict]) -> dict:
 
 
 def table(args) -> str:
-    order = [s["name"] for s in yaml.safe_load(CONFIG.read_text())["sets"]]
+    order = [s["name"] for s in read_yaml(CONFIG)["sets"]]
     kept = sorted((d for d in RESULTS.iterdir() if (d / "metrics.json").is_file()) if RESULTS.is_dir() else [],
                   key=lambda d: (order.index(d.name) if d.name in order else len(order), d.name))  # config order
     if not kept:
@@ -256,7 +257,7 @@ def candidate_config(name: str, set_names: list[str], adapter: str) -> dict:
         kept = yaml.safe_load((RESULTS / set_name / "config.yaml").read_text()).get("sets") or []
         size = next((s.get("max_items") for s in kept if s["name"] == set_name), None)
         sets += set_config(set_name, size)["sets"]
-    cfg = yaml.safe_load(CONFIG.read_text())
+    cfg = read_yaml(CONFIG)
     engine = next(j for j in cfg["judges"] if j["name"] == "default-judge")["engine"]
     return {**cfg, "sets": sets, "out": str(ROOT / "candidates" / name),
             "judges": [{"name": name, "adapter": str(adapter), "engine": {**engine, "model": "default"}}]}

@@ -42,6 +42,7 @@ from pathlib import Path
 import yaml
 
 from _common import REPO, tree_cpu_s
+from judgeforge.config import read_yaml
 from judgeforge.eval.metrics_file import EXPECTED, SCORE_ONLY, Metrics
 
 ROOT = REPO / "runs" / "curve"
@@ -121,7 +122,7 @@ def eval_round(name: str, adapter: Path | None, out: Path, cost: Path, extra: li
                config: Path = EVAL_CFG) -> None:
     if (out / "metrics.json").is_file():
         return
-    cfg = yaml.safe_load(config.read_text())
+    cfg = read_yaml(config)
     cfg["out"] = str(out)
     cfg["judges"][0]["name"] = name
     if adapter is not None:
@@ -134,7 +135,7 @@ def eval_round(name: str, adapter: Path | None, out: Path, cost: Path, extra: li
 
 def with_sets(path: Path, sets: list[str]) -> dict:
     """The YAML config at `path` with `key=value` overrides (values parsed as YAML, `a.0.b` indexes lists)."""
-    cfg = yaml.safe_load(path.read_text())
+    cfg = read_yaml(path)
     for item in sets:
         key, value = item.split("=", 1)
         set_dotted(cfg, key, yaml.safe_load(value))
@@ -309,7 +310,7 @@ def _measured_round(rdir: Path, keep: Path, prev: Path | None, continue_from: st
     cfg["out"] = str(rdir / "train")
     cfg["tracking"]["run_name"] = f"{run_name}-train"
     train_once(rdir, cfg, continue_from=continue_from)
-    ev = yaml.safe_load(ROUNDS_CFG.read_text())
+    ev = read_yaml(ROUNDS_CFG)
     judge = ev["judges"][-1]
     ev["judges"] = [{**judge, "name": "current", "adapter": str(rdir / "train"),
                      "engine": {**judge["engine"], "model": cfg["model"]["name"]}}]

