@@ -1,21 +1,22 @@
-"""Gemma 3 270M against SmolLM2-135M as the embedded judge's base: LoRA training cost per record, and
-Gemma's zero-shot score-only Pearson on the 160 held-out items.
+"""A bigger embedded base against SmolLM2-135M as the embedded judge's base (`--other`: Gemma 3 270M, the
+default, or Qwen2.5-Coder-0.5B-Instruct): LoRA training cost per record, and the other base's zero-shot
+score-only Pearson on the 160 held-out items.
 
-    .venv/bin/python bench/gemma_vs_smollm.py [--batch 4] [--steps 4] [--repeats 1] [--skip-eval]
+    .venv/bin/python bench/gemma_vs_smollm.py [--other qwen2.5-coder-0.5b] [--batch 4] [--steps 4] [--repeats 1] [--skip-eval]
     .venv/bin/python bench/gemma_vs_smollm.py --batch 1 --steps 1 --skip-eval      # a smoke run
     .venv/bin/python bench/gemma_vs_smollm.py --write-results                      # replaces its section of RESULTS.md
 
 (a) Training: `judgeforge train` (train.run.train, timed per optimizer step by bench/ddp_bench.py's
 worker) on configs/train/embedded-judge.yaml (LoRA r=16 on every linear layer, target `score`,
-micro-batch 1, its `precision: auto`) with `model.name` replaced: `default` (SmolLM2) and `gemma3-270m`.
+micro-batch 1, its `precision: auto`) with `model.name` replaced: `default` (SmolLM2) and `--other`.
 Both train the same `batch x steps` records: the recipe's data window in order, keeping those that fit
 its max_length under both tokenizers. Each arm runs in a fresh process; with `--repeats` > 1 the arms
 alternate. Per arm: median wall seconds per optimizer step after the first (all steps when there is
-one) over the batch = seconds per record, and the gemma / SmolLM2 ratio of this same invocation.
+one) over the batch = seconds per record, and the other / SmolLM2 ratio of this same invocation.
 Beside it, the prompt+target tokens per record under each tokenizer and the LM head's GFLOP per record
 as TRL's fused head runs it on a CPU: every position scored, forward + recomputed forward + the hidden
 states' gradient = 3 x 2 x hidden x vocab x (tokens - 1).
-(b) Zero-shot: `judgeforge eval --config configs/eval/gemma3-zero-shot.yaml` (vLLM, score-only, no
+(b) Zero-shot: `judgeforge eval --config` the other base's config in `OTHERS` (vLLM, score-only, no
 adapter), its score-only Pearson with GPT-4 and the bootstrap interval from metrics.json.
 """
 
@@ -31,11 +32,21 @@ from pathlib import Path
 
 import _common as C
 
-TITLE = "train/eval: Gemma 3 270M against SmolLM2-135M as the embedded base"
 RECIPE = C.REPO / "configs" / "train" / "embedded-judge.yaml"
-EVAL_CFG = C.REPO / "configs" / "eval" / "gemma3-zero-shot.yaml"
 DDP_BENCH = C.REPO / "bench" / "ddp_bench.py"
-MODELS = {"default": "SmolLM2-135M-Instruct", "gemma3-270m": "Gemma 3 270M (pretrained)"}
+BASELINE = {"default": "SmolLM2-135M-Instruct"}
+OTHERS = {"gemma3-270m": ("Gemma 3 270M (pretrained)", "gemma3-zero-shot.yaml", "gemma_vs_smollm"),
+          "qwen2.5-coder-0.5b": ("Qwen2.5-Coder-0.5B-Instruct", "qwen2.5-coder-zero-shot.yaml", "qwen_coder_vs_smollm")}
+"""`--other`: the base measured against SmolLM2 -> (its label, its zero-shot config, its results name)."""
+
+
+def models(a) -> dict[str, str]:
+    return {**BASELINE, a.other: OTHERS[a.other][0]}
+
+
+def title(a) -> str:
+    # Gemma's title is the one its RESULTS.md section has carried since issue 21.
+    return f"train/eval: {OTHERS[a.other][0].split(' (')[0]} against SmolLM2-135M as the embedded base"
 
 
 def prompt_target_tokens(tok, rec: dict) -> int:
@@ -46,7 +57,7 @@ def prompt_target_tokens(tok, rec: dict) -> int:
     return len(tok.apply_chat_template(ex["prompt"] + ex["completion"], tokenize=True, return_dict=True)["input_ids"])
 
 
-def common_records(n: int, out: Path) -> tuple[Path, dict[str, list[int]]]:
+def common_records(n: int, out: Path, names) -> tuple[Path, dict[str, list[int]]]:
     """A data build of the recipe window's first `n` records that fit max_length for every model, and
     each model's token counts of them."""
     from transformers import AutoTokenizer
@@ -60,8 +71,8 @@ def common_records(n: int, out: Path) -> tuple[Path, dict[str, list[int]]]:
     cfg = load_config(TrainConfig, RECIPE)
     src = cfg.data.sources[0]
     build = load_build(C.REPO / src.path)
-    toks = {m: AutoTokenizer.from_pretrained(resolve_model(m)) for m in MODELS}
-    picked, counts = [], {m: [] for m in MODELS}
+    toks = {m: AutoTokenizer.from_pretrained(resolve_model(m)) for m in names}
+    picked, counts = [], {m: [] for m in names}
     for rec in window(build.train, src.offset or 0, None, cfg.data.seed):
         lengths = {m: prompt_target_tokens(t, rec) for m, t in toks.items()}
         if max(lengths.values()) <= cfg.data.max_length:
@@ -111,10 +122,10 @@ def head_gflop(model: str, tokens: float) -> float:
 def training(a) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        data, counts = common_records(a.batch * a.steps, tmp / "data")
-        runs = [train_arm(m, data, tmp, a, k) for k in range(a.repeats) for m in MODELS]
+        data, counts = common_records(a.batch * a.steps, tmp / "data", models(a))
+        runs = [train_arm(m, data, tmp, a, k) for k in range(a.repeats) for m in models(a)]
     arms = {}
-    for m in MODELS:
+    for m in models(a):
         walls = [w for r in runs if r["model"] == m for w in (r["wall"][1:] if len(r["wall"]) > 1 else r["wall"])]
         cpus = [c for r in runs if r["model"] == m for c in (r["cpu"][1:] if len(r["cpu"]) > 1 else r["cpu"])]
         tokens = sum(counts[m]) / len(counts[m])
@@ -125,14 +136,18 @@ def training(a) -> dict:
 
 
 def zero_shot(a) -> dict:
-    out = Path(a.eval_out)
+    from judgeforge.config import read_yaml
+
+    config = C.REPO / "configs" / "eval" / OTHERS[a.other][1]
+    cfg = read_yaml(config)
+    out, judge = Path(a.eval_out or cfg["out"]), cfg["judges"][0]["name"]
     if not (out / "metrics.json").is_file():
-        subprocess.run([sys.executable, "-m", "judgeforge.cli", "eval", "--config", str(EVAL_CFG), "--out", str(out)],
+        subprocess.run([sys.executable, "-m", "judgeforge.cli", "eval", "--config", str(config), "--out", str(out)],
                        cwd=C.REPO, check=True, timeout=a.timeout)
     metrics = json.loads((out / "metrics.json").read_text())
-    res = metrics["results"]["gemma3-270m"]["heldout"]["score_only"]
+    res = metrics["results"][judge]["heldout"]["score_only"]
     return {"n": res["correlation"]["n"], "pearson": res["correlation"]["pearson"],
-            "timing": metrics["meta"]["timing"].get("gemma3-270m"), "out": str(out)}
+            "timing": metrics["meta"]["timing"].get(judge), "out": str(out), "config": str(config.relative_to(C.REPO))}
 
 
 def main(argv=None) -> int:
@@ -142,7 +157,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=1, help="runs per arm, alternating the arms")
     p.add_argument("--precision", choices=["fp32", "bf16"], help="override the recipe's `precision: auto`")
     p.add_argument("--skip-eval", action="store_true", help="only (a), the training cost")
-    p.add_argument("--eval-out", default="runs/eval/gemma3-zero-shot", help="(b)'s eval dir (reused if done)")
+    p.add_argument("--other", choices=sorted(OTHERS), default="gemma3-270m", help="the base measured against SmolLM2")
+    p.add_argument("--eval-out", help="(b)'s eval dir (reused if done; default: its config's `out`)")
     p.add_argument("--timeout", type=float, default=7200)
     p.add_argument("--write-results", action="store_true")
     a = p.parse_args(argv)
@@ -150,18 +166,18 @@ def main(argv=None) -> int:
         raise SystemExit("--batch, --steps and --repeats must be at least 1")
     out = {"date": C.now(), "load_start": C.loadavg(), "train": training(a)}
     tr = out["train"]
-    print(f"gemma/smollm2 s/record: {tr['gemma3-270m']['s_per_record'] / tr['default']['s_per_record']:.2f}",
+    print(f"{a.other}/smollm2 s/record: {tr[a.other]['s_per_record'] / tr['default']['s_per_record']:.2f}",
           file=sys.stderr)
     out["zero_shot"] = None if a.skip_eval else zero_shot(a)
     out["load_end"] = C.loadavg()
-    C.save_results("gemma_vs_smollm", out, a)
-    return C.publish("gemma_vs_smollm.py", argv, TITLE, lambda cmd: render(a, out, cmd), a.write_results)
+    C.save_results(OTHERS[a.other][2], out, a)
+    return C.publish("gemma_vs_smollm.py", argv, title(a), lambda cmd: render(a, out, cmd), a.write_results)
 
 
 def render(a, out: dict, command: str) -> str:
     tr, cpu = out["train"], C.cpu()
     base = tr["default"]["s_per_record"]
-    lines = [f"## {TITLE}", "",
+    lines = [f"## {title(a)}", "",
              f"(a) `judgeforge train` with configs/train/embedded-judge.yaml (LoRA r=16, target `score`), "
              f"`model.name` replaced; the same {a.batch * a.steps} records ({a.steps} steps of {a.batch}), "
              f"median over the steps after the first, {a.repeats} run(s) per model alternating. *head GFLOP*: "
@@ -170,14 +186,15 @@ def render(a, out: dict, command: str) -> str:
              "| base | CPU | tokens/record | s/record | CPU-s/record | ratio to SmolLM2 | head GFLOP/record |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for m, r in tr.items():
-        lines.append(f"| {MODELS[m]} | {cpu} | {r['tokens_per_record']:.0f} | {r['s_per_record']:.2f} | "
+        lines.append(f"| {models(a)[m]} | {cpu} | {r['tokens_per_record']:.0f} | {r['s_per_record']:.2f} | "
                      f"{r['cpu_s_per_record']:.2f} | **{r['s_per_record'] / base:.2f}** | "
                      f"{r['head_gflop_per_record']:.0f} |")
     zs = out["zero_shot"]
     if zs:
         pr = zs["pearson"]
-        lines += ["", f"(b) Zero-shot, score-only (configs/eval/gemma3-zero-shot.yaml, vLLM, {zs['n']} held-out "
-                  f"MT-Bench items, GPT-4 reference): Gemma 3 270M base Pearson **{pr['value']:.3f}** "
+        lines += ["", f"(b) Zero-shot, score-only ({zs.get('config', 'configs/eval/gemma3-zero-shot.yaml')}, vLLM, "
+                  f"{zs['n']} held-out MT-Bench items, GPT-4 reference): {models(a)[a.other]} base Pearson "
+                  f"**{pr['value']:.3f}** "
                   f"[{pr['lo']:.3f}, {pr['hi']:.3f}] ({zs['out']}/metrics.json)."]
     return "\n".join(lines) + "\n\n" + C.command_footer(command, out) + "\n"
 

@@ -74,6 +74,7 @@ BENCHES = (  # cheap ones first, the retraining ones last
     Bench("pair_loss", "pair_loss_bench.py", ("--pairs", "3", "--repeats", "2")),
     Bench("ddp", "ddp_bench.py"),
     Bench("gemma_vs_smollm", "gemma_vs_smollm.py"),
+    Bench("qwen_coder_vs_smollm", "gemma_vs_smollm.py", ("--other", "qwen2.5-coder-0.5b")),
     Bench("train_gpu_mixtral", "train_gpu_mixtral.py", ("--markdown",), write=None, needs=("gpu",)),
     Bench("learning_curve", "learning_curve.py", ("run", "--arm", "score", "--rounds", "150,150"), write=None),
     Bench("distill_vs_sft", "distill_vs_sft.py", ("run", "--records", "150"), write=None),
