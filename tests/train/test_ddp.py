@@ -34,9 +34,13 @@ EXAMPLES = 8
 RECIPE = ["optim.epochs=2", "optim.batch_size=4", "checkpoint.every=2", "checkpoint.keep=2", "lora.dropout=0.0",
           "distill.enabled=true", "distill.batch_pairs=1", "accelerate_config=configs/train/accelerate/ddp_cpu.yaml"]
 # fp32 on both sides; the only difference is the order of the gradient sums (two ranks' halves
-# all-reduced against one process's four micro-batches accumulated), a few ulps per step that a few
-# Adam steps at lr 2e-3 keep near 1e-7 (measured over 6 steps: loss 9e-8 relative, weights 4e-7).
-LOSS_RTOL, WEIGHT_ATOL = 1e-5, 1e-5
+# all-reduced against one process's four micro-batches accumulated), a few ulps per step. Adam divides
+# by sqrt(v), so an element whose gradient is near zero can carry those ulps further: on an
+# avx512_bf16 CPU the weights differed by 4e-7 at most, on the AVX2-only EPYC one element of 2,048 by
+# 1.05e-5 (CI, 2026-12-07). A rank whose gradients were not all-reduced moves most elements by about
+# one Adam step (lr 2e-3), so WEIGHT_ATOL at 5% of a step still tells the two apart by 20x, and
+# CLOSE_ATOL bounds how many elements may drift past 1e-5.
+LOSS_RTOL, WEIGHT_ATOL, CLOSE_ATOL, MAX_DRIFTED = 1e-5, 1e-4, 1e-5, 0.01
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +143,8 @@ def test_loss_and_adapter_match_one_process(single, ddp):
     assert mine.keys() == ref.keys() and mine
     for k in ref:
         torch.testing.assert_close(mine[k], ref[k], rtol=0, atol=WEIGHT_ATOL)
+        drifted = ((mine[k] - ref[k]).abs() > CLOSE_ATOL).float().mean().item()
+        assert drifted <= MAX_DRIFTED, f"{k}: {drifted:.1%} of the elements differ by over {CLOSE_ATOL}"
     # The pairs' ordering is measured under DDP too (one forward pass per rank, rank 0 writes it).
     d1, d2 = (json.loads((r / "distill.json").read_text()) for r in (single.out, ddp.out))
     assert d2["counts"] == d1["counts"] and d2["after"]["loss"] == pytest.approx(d1["after"]["loss"], rel=1e-4)
