@@ -29,24 +29,38 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import _common as C
 
 RECIPE = C.REPO / "configs" / "train" / "embedded-judge.yaml"
 DDP_BENCH = C.REPO / "bench" / "ddp_bench.py"
 BASELINE = {"default": "SmolLM2-135M-Instruct"}
-OTHERS = {"gemma3-270m": ("Gemma 3 270M (pretrained)", "gemma3-zero-shot.yaml", "gemma_vs_smollm"),
-          "qwen2.5-coder-0.5b": ("Qwen2.5-Coder-0.5B-Instruct", "qwen2.5-coder-zero-shot.yaml", "qwen_coder_vs_smollm")}
-"""`--other`: the base measured against SmolLM2 -> (its label, its zero-shot config, its results name)."""
+
+
+class Other(NamedTuple):
+    """A base measured against SmolLM2 (`--other`)."""
+
+    label: str
+    short: str
+    """The label in the section's title; Gemma's is the one its RESULTS.md section has carried since issue 21."""
+    eval_config: str
+    """Its zero-shot config under configs/eval/."""
+    results: str
+    """The name of its bench/results JSON."""
+
+
+OTHERS = {"gemma3-270m": Other("Gemma 3 270M (pretrained)", "Gemma 3 270M", "gemma3-zero-shot.yaml", "gemma_vs_smollm"),
+          "qwen2.5-coder-0.5b": Other("Qwen2.5-Coder-0.5B-Instruct", "Qwen2.5-Coder-0.5B-Instruct",
+                                      "qwen2.5-coder-zero-shot.yaml", "qwen_coder_vs_smollm")}
 
 
 def models(a) -> dict[str, str]:
-    return {**BASELINE, a.other: OTHERS[a.other][0]}
+    return {**BASELINE, a.other: OTHERS[a.other].label}
 
 
 def title(a) -> str:
-    # Gemma's title is the one its RESULTS.md section has carried since issue 21.
-    return f"train/eval: {OTHERS[a.other][0].split(' (')[0]} against SmolLM2-135M as the embedded base"
+    return f"train/eval: {OTHERS[a.other].short} against SmolLM2-135M as the embedded base"
 
 
 def prompt_target_tokens(tok, rec: dict) -> int:
@@ -122,10 +136,11 @@ def head_gflop(model: str, tokens: float) -> float:
 def training(a) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        data, counts = common_records(a.batch * a.steps, tmp / "data", models(a))
-        runs = [train_arm(m, data, tmp, a, k) for k in range(a.repeats) for m in models(a)]
+        names = models(a)
+        data, counts = common_records(a.batch * a.steps, tmp / "data", names)
+        runs = [train_arm(m, data, tmp, a, k) for k in range(a.repeats) for m in names]
     arms = {}
-    for m in models(a):
+    for m in names:
         walls = [w for r in runs if r["model"] == m for w in (r["wall"][1:] if len(r["wall"]) > 1 else r["wall"])]
         cpus = [c for r in runs if r["model"] == m for c in (r["cpu"][1:] if len(r["cpu"]) > 1 else r["cpu"])]
         tokens = sum(counts[m]) / len(counts[m])
@@ -138,7 +153,7 @@ def training(a) -> dict:
 def zero_shot(a) -> dict:
     from judgeforge.config import read_yaml
 
-    config = C.REPO / "configs" / "eval" / OTHERS[a.other][1]
+    config = C.REPO / "configs" / "eval" / OTHERS[a.other].eval_config
     cfg = read_yaml(config)
     out, judge = Path(a.eval_out or cfg["out"]), cfg["judges"][0]["name"]
     if not (out / "metrics.json").is_file():
@@ -170,13 +185,14 @@ def main(argv=None) -> int:
           file=sys.stderr)
     out["zero_shot"] = None if a.skip_eval else zero_shot(a)
     out["load_end"] = C.loadavg()
-    C.save_results(OTHERS[a.other][2], out, a)
+    C.save_results(OTHERS[a.other].results, out, a)
     return C.publish("gemma_vs_smollm.py", argv, title(a), lambda cmd: render(a, out, cmd), a.write_results)
 
 
 def render(a, out: dict, command: str) -> str:
     tr, cpu = out["train"], C.cpu()
     base = tr["default"]["s_per_record"]
+    labels = models(a)
     lines = [f"## {title(a)}", "",
              f"(a) `judgeforge train` with configs/train/embedded-judge.yaml (LoRA r=16, target `score`), "
              f"`model.name` replaced; the same {a.batch * a.steps} records ({a.steps} steps of {a.batch}), "
@@ -186,14 +202,14 @@ def render(a, out: dict, command: str) -> str:
              "| base | CPU | tokens/record | s/record | CPU-s/record | ratio to SmolLM2 | head GFLOP/record |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for m, r in tr.items():
-        lines.append(f"| {models(a)[m]} | {cpu} | {r['tokens_per_record']:.0f} | {r['s_per_record']:.2f} | "
+        lines.append(f"| {labels[m]} | {cpu} | {r['tokens_per_record']:.0f} | {r['s_per_record']:.2f} | "
                      f"{r['cpu_s_per_record']:.2f} | **{r['s_per_record'] / base:.2f}** | "
                      f"{r['head_gflop_per_record']:.0f} |")
     zs = out["zero_shot"]
     if zs:
         pr = zs["pearson"]
-        lines += ["", f"(b) Zero-shot, score-only ({zs.get('config', 'configs/eval/gemma3-zero-shot.yaml')}, vLLM, "
-                  f"{zs['n']} held-out MT-Bench items, GPT-4 reference): {models(a)[a.other]} base Pearson "
+        lines += ["", f"(b) Zero-shot, score-only ({zs['config']}, vLLM, "
+                  f"{zs['n']} held-out MT-Bench items, GPT-4 reference): {labels[a.other]} base Pearson "
                   f"**{pr['value']:.3f}** "
                   f"[{pr['lo']:.3f}, {pr['hi']:.3f}] ({zs['out']}/metrics.json)."]
     return "\n".join(lines) + "\n\n" + C.command_footer(command, out) + "\n"
