@@ -43,8 +43,10 @@ class EngineConfig(Config):
     template version it was trained with (judgeforge.json). On CPU prefer a merged model."""
     allow_unversioned_adapters: bool = False
     """Serve adapters that record no template version (not recommended)."""
-    max_model_len: int = 2048
-    """Context length (prompt + generated tokens); longer inputs are refused with 413."""
+    max_model_len: int | None = None
+    """Context length (prompt + generated tokens); longer inputs are refused with 413. None: the length
+    the judge was trained at (`data.max_length` of the training config its adapter or merged dir
+    carries; judge/fit.py), else 2048."""
     dtype: str = "auto"
     """Weights dtype. `auto` (judgeforge.hardware): on a CPU, bfloat16 only where it has native bf16
     (avx512_bf16/AMX, Arm bf16), else float32 (bf16 on emulated kernels graded 5.4x slower on an
@@ -54,8 +56,9 @@ class EngineConfig(Config):
     # vLLM
     enable_prefix_caching: bool = True
     """vLLM: reuse the KV cache of shared prompt prefixes (same rubric/instruction)."""
-    max_lora_rank: int = 16
-    """vLLM: largest LoRA rank among `adapters` (the BiGGen recipe uses 256)."""
+    max_lora_rank: int | None = None
+    """vLLM: largest LoRA rank among `adapters` (the BiGGen recipe uses 256). None: read from the
+    adapters' `adapter_config.json`, rounded up to a rank vLLM accepts (16 without adapters)."""
     max_loras: int = 2
     """vLLM: adapters resident at once."""
     block_size: int | None = 32
@@ -79,8 +82,9 @@ class EngineConfig(Config):
     environment wins."""
     gpu_memory_utilization: float = 0.9
     """vLLM on GPU: share of GPU memory to use."""
-    tensor_parallel_size: int = 1
-    """vLLM on GPU: tensor parallelism (replicas are separate servers behind `openai`)."""
+    tensor_parallel_size: int | None = None
+    """vLLM on GPU: tensor parallelism (replicas are separate servers behind `openai`). None: the fewest
+    GPUs here, a power of two, that hold the weights with room for the KV cache (1 on a CPU)."""
     enforce_eager: bool = False
     """vLLM: skip graph compilation (faster start, slower decode)."""
     stats: bool = False

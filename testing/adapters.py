@@ -7,9 +7,12 @@ from pathlib import Path
 
 
 def make_lora_adapter(base_dir: str | Path, out_dir: str | Path, r: int = 8, seed: int = 0,
-                      template_version: str | None = None) -> Path:
-    """A small random-initialised PEFT LoRA adapter on q/v (for tests and the LoRA benchmark),
-    with the `judgeforge.json` a `judgeforge train` run writes."""
+                      template_version: str | None = None, targets: tuple[str, ...] = ("q_proj", "v_proj"),
+                      target_parameters: tuple[str, ...] = (), scale: float | None = None) -> Path:
+    """A small random-initialised PEFT LoRA adapter on `targets` (q/v by default; `target_parameters`:
+    fused parameters such as a Mixtral's experts), with the `judgeforge.json` a `judgeforge train` run
+    writes (for tests and the LoRA benchmark). `scale`: multiply the random B matrices (large ranks
+    would otherwise swamp a tiny model's outputs)."""
     import json
 
     import torch
@@ -20,9 +23,15 @@ def make_lora_adapter(base_dir: str | Path, out_dir: str | Path, r: int = 8, see
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
-    cfg = LoraConfig(r=r, lora_alpha=2 * r, target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
+    cfg = LoraConfig(r=r, lora_alpha=2 * r, target_modules=list(targets), lora_dropout=0.0,
+                     target_parameters=list(target_parameters) or None,
                      init_lora_weights=False)  # random B: the adapter visibly changes outputs
     peft_model = get_peft_model(model, cfg)
+    if scale is not None:
+        with torch.no_grad():
+            for name, p in peft_model.named_parameters():
+                if "lora_B" in name:
+                    p.mul_(scale)
     out = Path(out_dir)
     peft_model.save_pretrained(out)
     meta = new_meta(base_model=str(base_dir))

@@ -77,9 +77,10 @@ def test_configs_table_names_what_each_command_loads():
 
 
 def test_defaults_follow_the_enclosing_section(pages):
-    """eval's judges default to EngineConfig(max_model_len=4096); serve's engine to the class default."""
+    """eval's judges default to EngineConfig(max_model_len=4096); serve's engine to the class default
+    (None: the judge's trained length)."""
     assert "| `4096` |" in _row(pages["reference/eval.md"], "judges[].engine.max_model_len")
-    assert "| `2048` |" in _row(pages["reference/serve.md"].split("## `judgeforge serve`")[1],
+    assert "| `null` |" in _row(pages["reference/serve.md"].split("## `judgeforge serve`")[1],
                                 "engine.max_model_len")
     assert "| required |" in _row(pages["reference/train.md"], "data.sources[].path")
 

