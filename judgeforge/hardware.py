@@ -17,7 +17,7 @@ on one machine is not wrong on the next:
 - **The accelerator.** `accelerator()` / `cuda_available()` ask torch, imported there and only there
   (the core installs no framework: without torch the machine has none).
 - **Liveness.** `pid_alive` is the one test of whether a process runs, for the core leases and the
-  engine watchdog (judge/engines/watchdog.py): a zombie does not, nor a later process given its pid.
+  process watchdog (judgeforge/watchdog.py): a zombie does not, nor a later process given its pid.
 
 An explicit setting always wins. Every choice is logged once per process, with its reason.
 The decisions are pure functions of a `CPUInfo` (unit-tested with recorded flag sets); only

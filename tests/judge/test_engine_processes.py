@@ -22,7 +22,7 @@ import pytest
 # child with a grandchild (the whole tree), prints their pids and waits (or stops the watchdog).
 PARENT = textwrap.dedent("""
     import subprocess, sys, time
-    from judgeforge.judge.engines.watchdog import Watchdog
+    from judgeforge.watchdog import Watchdog
     dog = Watchdog.start()
     stubborn = [sys.executable, "-c",
                 "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"]
@@ -130,7 +130,7 @@ def test_stopped_watchdog_exits_and_signals_nothing(tmp_path):
 # semaphore, and it ignores SIGTERM, as an EngineCore busy loading a model does.
 SHM_PARENT = textwrap.dedent("""
     import subprocess, sys, time
-    from judgeforge.judge.engines.watchdog import Watchdog
+    from judgeforge.watchdog import Watchdog
     dog = Watchdog.start()
     child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE, text=True)
     names = child.stdout.readline()
@@ -361,7 +361,7 @@ def test_killed_eval_leaves_no_engine_processes(sig, tmp_path, repo, vendor, def
 def test_watchdog_records_segments_once_more_when_the_parent_is_gone(monkeypatch):
     """A segment an engine process opened after the last poll is recorded before the process is ended
     (kill -9 of the eval once leaked a 240 MiB psm_ segment created just before the kill)."""
-    from judgeforge.judge.engines import watchdog as W
+    from judgeforge import watchdog as W
 
     calls = []
     monkeypatch.setattr(W, "watch", lambda parent: ({"engine"}, {1}))
@@ -385,7 +385,7 @@ def test_a_process_ignoring_sigterm_is_recorded_while_stopped_then_killed():
     EngineCore created then): `before_kill` sees it stopped, and it is killed after."""
     import psutil
 
-    from judgeforge.judge.engines import watchdog as W
+    from judgeforge import watchdog as W
 
     child = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
                               "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint(1, flush=True)\n"
@@ -402,7 +402,7 @@ def test_running_is_the_hardware_liveness_against_the_start_first_seen():
     """The watchdog's `running` is judgeforge.hardware.pid_alive: a zombie is not running, nor a later
     process given a recorded one's pid (its start differs from the one recorded)."""
     from judgeforge import hardware as hw
-    from judgeforge.judge.engines import watchdog as W
+    from judgeforge import watchdog as W
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

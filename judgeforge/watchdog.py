@@ -1,13 +1,16 @@
-"""Ends an engine's processes when the process that started them dies (issue 17).
+"""Ends the processes a process started when it dies, kill -9 included.
 
-vLLM's `VLLM::EngineCore` is a multiprocessing child of the process that builds the engine (and
-starts `VLLM::Worker` processes of its own); nothing in vLLM 0.32 watches that process (only the
-Worker watches the EngineCore). A `judgeforge eval` killed with SIGTERM or kill -9 left both
-re-parented to PID 1, busy (190% CPU, ~8 GB) until killed by hand.
+Started processes outlive their parent unless something ends them. vLLM's `VLLM::EngineCore` (and its
+`VLLM::Worker`s) watches nothing: a `judgeforge eval` killed with SIGTERM or kill -9 left both
+re-parented to PID 1, busy (190% CPU, ~8 GB) until killed by hand. The launcher and ranks of `judgeforge
+train --num-processes N` went on training after a kill -9 of the command. A local Ray's GCS and raylet
+die with their driver, but its `ray::DashboardAgent` and `ray::RuntimeEnvAgent` stay, re-parented.
 
-    dog = Watchdog.start()   # in the engine's process, before the engine starts its processes
+    dog = Watchdog.start()   # before the processes are started (vLLM's engine, ray.init)
     ...
-    dog.stop()               # the engine closed cleanly: the watchdog exits and signals nothing
+    dog.stop()               # they were ended cleanly: the watchdog exits and signals nothing
+
+    run_owned(cmd)           # a command run to its end (train's launcher), its processes tied to this one
 
 The watchdog is a small process of its own (stdlib + psutil). While its parent lives it records the
 parent's descendants every POLL_S. The parent is gone when its end of the pipe on the watchdog's
@@ -15,19 +18,22 @@ stdin closes without "stop" (the kernel closes it on any death, kill -9 included
 the watchdog is re-parented (the fallback when a forked child inherited that pipe end). It then
 SIGTERMs what it recorded (plus whatever those spawned since), SIGKILLs what is left after GRACE_S,
 and exits. It signals only processes it recorded as the parent's descendants; psutil matches pid and
-start time, so a reused pid is never hit. A process started less than POLL_S before the parent died
-can be missed (its children are not: they are found below the recorded ones).
+start time, so a reused pid is never hit. Another watchdog among them (a second engine's, an engine's
+inside a Ray replica) is left to its own clean-up. A process started less than POLL_S before the
+parent died can be missed (its children are not: they are found below the recorded ones).
 
 It also records the `/dev/shm` segments (vLLM's `psm_*`, multiprocessing's `sem.mp-*`) that the
 parent and its descendants hold (once more, mappings included, when the parent is found dead, so a
 segment opened since the last poll is not missed), and once it has ended them, removes those no live
-process holds (judge/engines/shm.py): the SIGKILL that ends what ignores SIGTERM also ends the
+process holds (judgeforge/shm.py): the SIGKILL that ends what ignores SIGTERM also ends the
 resource tracker that would have unlinked them.
 
-Why not prctl(PR_SET_PDEATHSIG): vLLM starts these processes itself (multiprocessing spawn), so
-the call would have to be patched into vLLM's child entry points; it covers one generation only
-(a Worker's parent is the EngineCore); and it fires when the *thread* that started the child exits,
-which would kill an engine built on a worker thread (asyncio.to_thread) while its process lives.
+Why not prctl(PR_SET_PDEATHSIG) alone: it covers one generation only (a vLLM Worker's parent is the
+EngineCore, a rank's is the launcher); for processes a library starts itself (vLLM's multiprocessing
+spawn, ray.init) it would have to be patched into the library; and it fires when the *thread* that
+started the child exits, which would kill an engine built on a worker thread (asyncio.to_thread) while
+its process lives. run_owned sets it on the one command it starts, from the thread that then waits for
+that command, so the command hears of a death at once, even within the watchdog's first POLL_S.
 """
 
 from __future__ import annotations
@@ -43,20 +49,25 @@ import time
 import weakref
 
 from judgeforge.hardware import pid_alive, pid_start_time
-from judgeforge.judge.engines.shm import held_inodes, remove_unheld
 from judgeforge.logs import LOG_FORMAT
+from judgeforge.shm import held_inodes, remove_unheld
 
 POLL_S = 0.5
 """How often the parent's descendants are recorded (a /proc scan: a few ms)."""
 GRACE_S = 2.0
 """Between SIGTERM (vLLM's processes shut down on it) and SIGKILL."""
 STOP = b"stop\n"
+STOP_GRACE_S = 15.0
+"""run_owned: how long a command stopped with SIGTERM may take to end its own processes (torchrun
+SIGTERMs its ranks and waits for them) before what is left of its tree is ended."""
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 MAPS_EVERY = 4
 """Shared-memory mappings are recorded every MAPS_EVERY polls and for each new process (reading a vLLM
 Worker's /proc/<pid>/maps costs ~3 ms); open segments (a few readlinks) every poll."""
-# psutil is imported where used: only the watchdog process needs it, the engine's side is stdlib.
+# psutil is imported where used: the watchdog process needs it, the parent's side only to stop a command.
 
-log = logging.getLogger("judgeforge.judge.engines.watchdog")  # __main__ when run
+MODULE = "judgeforge.watchdog"
+log = logging.getLogger(MODULE)  # __main__ when run
 
 
 class Watchdog:
@@ -69,11 +80,11 @@ class Watchdog:
     def start(cls) -> "Watchdog":
         # Its own session: a Ctrl-C or a signal to the job's process group must not end the
         # watchdog together with the parent, before it has cleaned up.
-        cmd = [sys.executable, "-m", "judgeforge.judge.engines.watchdog", str(os.getpid())]
+        cmd = [sys.executable, "-m", MODULE, str(os.getpid())]
         return cls(subprocess.Popen(cmd, stdin=subprocess.PIPE, start_new_session=True))
 
     def stop(self, timeout: float = 5.0) -> None:
-        """The engine closed cleanly: the watchdog exits without signalling anything."""
+        """The processes were ended cleanly: the watchdog exits without signalling anything."""
         if self.proc.poll() is None:
             with contextlib.suppress(OSError):  # already gone: nothing to tell
                 self.proc.stdin.write(STOP)
@@ -105,12 +116,14 @@ def watch(parent: int):
     the parent is gone (returns (descendants, segments)) or says stop (None)."""
     import psutil
 
-    me, seen, segments, polls = os.getpid(), set(), set(), 0
+    seen, others, segments, polls = set(), set(), set(), 0
     while os.getppid() == parent:
         before = seen
         with contextlib.suppress(psutil.Error):  # a process ending during the scan
             seen = set(filter(running, seen))
-            seen |= {p for p in psutil.Process(parent).children(recursive=True) if p.pid != me}
+            new = set(psutil.Process(parent).children(recursive=True)) - seen - others
+            others |= set(filter(is_watchdog, new))  # this one, and any other: each ends its own
+            seen |= new - others
         segments |= record_segments(parent, seen, before, polls % MAPS_EVERY == 0)
         polls += 1
         if select.select([sys.stdin], [], [], POLL_S)[0]:
@@ -120,6 +133,15 @@ def watch(parent: int):
             if not data:  # EOF without "stop": the parent died
                 break
     return seen, segments
+
+
+def is_watchdog(p) -> bool:
+    import psutil
+
+    try:
+        return p.cmdline()[1:3] == ["-m", MODULE]
+    except psutil.Error:
+        return False
 
 
 def record_segments(parent: int, procs: set, known: set, maps: bool) -> set[int]:
@@ -135,7 +157,7 @@ def remove_segments(inodes: set[int]) -> None:
     """Once the recorded processes are ended: unlink their segments that no live process holds."""
     removed, held = remove_unheld(inodes)
     if removed:
-        log.warning("removed the shared memory of the engine's ended processes: %s", ", ".join(removed))
+        log.warning("removed the shared memory of the ended processes: %s", ", ".join(removed))
     if held:
         log.info("left the shared memory that live processes still hold: %s", ", ".join(held))
 
@@ -147,7 +169,7 @@ def alive_with_children(procs) -> set:
     out = set()
     for p in filter(running, procs):
         with contextlib.suppress(psutil.Error):
-            out |= {p, *filter(running, p.children(recursive=True))}
+            out |= {p, *(c for c in p.children(recursive=True) if running(c) and not is_watchdog(c))}
     return out
 
 
@@ -168,10 +190,10 @@ def describe(p) -> str:
         return str(p.pid)
 
 
-def end(procs, grace: float = GRACE_S, why: str = "the engine's parent is gone", before_kill=None) -> None:
+def end(procs, grace: float = GRACE_S, why: str = "their parent is gone", before_kill=None) -> None:
     """SIGTERM the processes (and their descendants), then SIGKILL what is left after `grace`.
     `before_kill(procs)` runs on those left while they are stopped (SIGSTOP): nothing they do then
-    (an EngineCore that ignores SIGTERM goes on loading and opening segments) escapes it."""
+    (a vLLM EngineCore that ignores SIGTERM goes on loading and opening segments) escapes it."""
     import psutil
 
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -216,13 +238,69 @@ def _signal(procs, sig) -> None:
             p.send_signal(sig)
 
 
+def run_owned(cmd: list[str], grace: float = STOP_GRACE_S, **popen) -> int:
+    """Run `cmd` to its end and return its exit status, its processes tied to this one's life: killed
+    (kill -9 included), the watchdog ends the command's tree and the command gets SIGTERM at once
+    (PR_SET_PDEATHSIG); stopped by an exception while waiting (the CLI's SIGTERM, Ctrl-C), the command
+    gets SIGTERM, `grace` to end its own processes, and what is left is ended before it re-raises."""
+    dog = Watchdog.start()
+    try:
+        # Its own session: Ctrl-C on a terminal reaches this process alone, which stops the command
+        # in order, instead of interrupting the launcher and its ranks all at once.
+        proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_die_with_parent(), **popen)
+    except BaseException:
+        dog.stop()
+        raise
+    try:
+        code = proc.wait()
+    except BaseException:
+        _stop(proc, grace)
+        dog.stop()  # not reached if interrupted again: the watchdog ends the rest when this process exits
+        raise
+    dog.stop()
+    return code
+
+
+def _die_with_parent():
+    """run_owned's preexec_fn (None off Linux): the command gets SIGTERM when the thread that started it
+    ends, which run_owned's does only after the command has (or with the process)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl, parent = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()  # looked up before the fork
+
+    def set_death_signal():
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent:  # the parent died before the call: no signal will come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return set_death_signal
+
+
+def _stop(proc: subprocess.Popen, grace: float) -> None:
+    """SIGTERM the command (a launcher ends its ranks on it), wait up to `grace`, then end what is left of
+    the tree it had (ranks in sessions of their own are not in its process group)."""
+    import psutil
+
+    tree = set()
+    with contextlib.suppress(psutil.Error):
+        tree = {psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)}
+    log.info("stopping %s (pid %d) and its processes", os.path.basename(proc.args[0]), proc.pid)
+    proc.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace)
+    end(tree, why="left after the stop")
+    proc.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)  # the CLI's, same stderr
     parent = int((argv if argv is not None else sys.argv[1:])[0])
     recorded = watch(parent)
     if recorded is not None:
         procs, segments = recorded
-        # The engine's processes outlive their parent until ended: record once more, mappings too, what
+        # The processes outlive their parent until ended: record once more, mappings too, what
         # they opened since the last poll (a segment created then leaked on kill -9: issue 18's test).
         procs = alive_with_children(procs)
         segments |= record_segments(parent, procs, set(), True)

@@ -1,5 +1,5 @@
-"""The POSIX shared memory of an engine's processes: which `/dev/shm` files a process holds, and the
-removal of the segments that only dead processes held (issue 18).
+"""The POSIX shared memory of a process tree: which `/dev/shm` files a process holds, and the removal
+of the segments that only dead processes held (the watchdog's, judgeforge/watchdog.py).
 
 vLLM's EngineCore and Workers create `psm_*` segments (multiprocessing.shared_memory: their message
 queues, 160-250 MB each) and multiprocessing's `sem.mp-*` semaphores; their creator or its resource
