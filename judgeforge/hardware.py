@@ -35,7 +35,7 @@ import os
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -151,11 +151,42 @@ def engine_dtype(requested: str, cpu: CPUInfo, *, gpu: bool = False) -> Choice:
                       bf16="bfloat16", fp32="float32", what="bfloat16")
 
 
-def train_precision(requested: str, cpu: CPUInfo, *, gpu: bool = False) -> Choice:
-    """Mixed precision for training: bf16 on GPUs; on a CPU bf16 autocast only with native bf16
-    (emulated bf16 matmuls are slower than fp32), else fp32."""
-    return _bf16_rule(requested, cpu, gpu, on_gpu=Choice("bf16", "GPU: bf16"), bf16="bf16", fp32="fp32",
-                      what="bf16 autocast")
+def train_precision(requested: str, cpu: CPUInfo, *, gpu: bool = False,
+                    capability: tuple[int, int] | None = None) -> Choice:
+    """Mixed precision for training: bf16 on GPUs from Ampere on (compute capability 8.0), fp16 on
+    older ones, which have no bf16; on a CPU bf16 autocast only with native bf16 (emulated bf16
+    matmuls are slower than fp32), else fp32."""
+    on_gpu = Choice("bf16", "GPU: bf16")
+    if capability is not None and tuple(capability) < (8, 0):
+        on_gpu = Choice("fp16", f"GPU of compute capability {capability[0]}.{capability[1]}: no bf16 before "
+                                "Ampere (8.0), fp16")
+    return _bf16_rule(requested, cpu, gpu, on_gpu=on_gpu, bf16="bf16", fp32="fp32", what="bf16 autocast")
+
+
+def gpu_capability() -> tuple[int, int] | None:
+    """The first CUDA GPU's compute capability (None without one)."""
+    if not cuda_available():
+        return None
+    import torch
+
+    return tuple(torch.cuda.get_device_capability(0))
+
+
+def single_process_gpu(env: Mapping[str, str], n_devices: int) -> dict[str, str]:
+    """What one training process needs in its environment on a host with `n_devices` NVIDIA GPUs: TRL's
+    trainers refuse the `nn.DataParallel` that a single process gets when several GPUs are visible, so
+    it keeps the first visible one. Empty when at most one is visible (CPU machines included)."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if n_devices <= 1 or (visible is not None and "," not in visible):
+        return {}
+    first = "0" if visible is None else visible.split(",")[0].strip()
+    return {"CUDA_VISIBLE_DEVICES": first}
+
+
+def nvidia_devices() -> int:
+    """NVIDIA GPUs on this host, from their device nodes: counted without initialising CUDA, which would
+    fix the visible devices before CUDA_VISIBLE_DEVICES could narrow them."""
+    return sum(1 for p in Path("/dev").glob("nvidia[0-9]*") if p.name[6:].isdigit())
 
 
 def _bf16_rule(requested: str, cpu: CPUInfo, gpu: bool, *, on_gpu: Choice, bf16: str, fp32: str,

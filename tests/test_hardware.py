@@ -226,3 +226,19 @@ def test_engine_environment_tells_an_inherited_choice_from_a_users(tmp_path, mon
         hw.CoreLeases.release(lease)
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")  # the user's own choice
     assert apply_cpu_environment(cfg) is None and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+
+
+def test_pre_ampere_gpus_train_in_fp16_ampere_and_later_in_bf16():
+    cpu = hw.CPUInfo(arch="x86_64", model="x", flags=frozenset({"avx2"}), cpus=(0, 1))
+    assert hw.train_precision("auto", cpu, gpu=True, capability=(7, 0)).value == "fp16"  # V100
+    assert hw.train_precision("auto", cpu, gpu=True, capability=(7, 5)).value == "fp16"  # T4
+    assert hw.train_precision("auto", cpu, gpu=True, capability=(8, 0)).value == "bf16"  # A100
+    assert hw.train_precision("auto", cpu, gpu=True, capability=(9, 0)).value == "bf16"  # H100
+    assert hw.train_precision("bf16", cpu, gpu=True, capability=(7, 0)).value == "bf16"  # explicit wins
+
+
+def test_one_training_process_on_several_gpus_keeps_the_first_visible():
+    assert hw.single_process_gpu({}, 8) == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert hw.single_process_gpu({"CUDA_VISIBLE_DEVICES": "3,5"}, 8) == {"CUDA_VISIBLE_DEVICES": "3"}
+    assert hw.single_process_gpu({"CUDA_VISIBLE_DEVICES": "2"}, 8) == {}
+    assert hw.single_process_gpu({}, 1) == {} and hw.single_process_gpu({}, 0) == {}

@@ -29,6 +29,17 @@ Draft = tuple[Sample, list[int]]
 """A generated sample and its token ids without end-of-turn or padding."""
 
 
+def _auto_dtype(device: str):
+    """bfloat16 on GPUs that compute it (Ampere on), float16 on older ones, float32 on a CPU."""
+    import torch
+
+    from judgeforge import hardware as hw
+
+    if device != "cuda":
+        return torch.float32
+    return torch.bfloat16 if (hw.gpu_capability() or (8, 0)) >= (8, 0) else torch.float16
+
+
 class TransformersEngine(JudgeEngine):
     kind = "transformers"
 
@@ -50,8 +61,7 @@ class TransformersEngine(JudgeEngine):
         cfg = self.cfg = fit_to_judge(cfg, path)
         self.model_name = cfg.model
         self.device = cfg.device if cfg.device != "auto" else ("cuda" if hw.cuda_available() else "cpu")
-        dtype = getattr(torch, cfg.dtype) if cfg.dtype != "auto" else (
-            torch.bfloat16 if self.device == "cuda" else torch.float32)
+        dtype = getattr(torch, cfg.dtype) if cfg.dtype != "auto" else _auto_dtype(self.device)
         self.tokenizer = load_tokenizer(path)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
