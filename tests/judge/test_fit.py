@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from judgeforge.config import ConfigError
 from judgeforge.judge.config import EngineConfig
-from judgeforge.judge.fit import (DEFAULT_MODEL_LEN, VLLM_LORA_RANKS, fit_to_judge, lora_rank, refuse_fused_experts,
+from judgeforge.judge.fit import (DEFAULT_MODEL_LEN, VLLM_LORA_RANKS, fit_to_judge, lora_rank, refuse_for_vllm,
                                   tensor_parallel, trained_length)
 
 
@@ -73,8 +73,13 @@ def test_mixtral_8x7b_takes_two_h100s_the_7b_one():
 def test_fused_expert_adapters_are_refused_with_the_fix(tmp_path):
     experts = _adapter(tmp_path / "moe", r=256, target_parameters=["experts.gate_up_proj", "experts.down_proj"])
     with pytest.raises(ConfigError, match="train merge"):
-        refuse_fused_experts({"moe": experts})
-    refuse_fused_experts({"dense": _adapter(tmp_path / "dense")})
+        refuse_for_vllm({"moe": experts})
+    refuse_for_vllm({"dense": _adapter(tmp_path / "dense")})
+    head = tmp_path / "head"
+    _adapter(head, r=256)
+    (head / "adapter_config.json").write_text(json.dumps({"r": 256, "target_modules": ["q_proj", "lm_head"]}))
+    with pytest.raises(ConfigError, match="lm_head"):
+        refuse_for_vllm({"head": str(head)})
     assert max(VLLM_LORA_RANKS) == 512
 
 
@@ -90,5 +95,5 @@ def test_vllm_refuses_the_tiny_mixtral_recipe_adapter_before_starting(default_mo
     adapter = make_lora_adapter(base, tmp_path / "adapter", r=8, targets=("q_proj", "lm_head"),
                                 target_parameters=("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))
     assert json.loads((adapter / "adapter_config.json").read_text())["target_parameters"]
-    with pytest.raises(ConfigError, match="fused expert weights"):
+    with pytest.raises(ConfigError, match="gate_up_proj"):
         VLLMEngine(EngineConfig(model=str(base), adapters={"moe": str(adapter)}))
