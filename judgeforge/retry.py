@@ -2,13 +2,16 @@
 refused key, or take it. The one policy of the sync client (judgeforge.api.RemoteJudge) and the async
 one (`judgeforge grade`, serve/client.py); each only sleeps its own way between tries.
 
-Pure: no HTTP library here, the callers pass the answer's status code and Retry-After header.
+Pure: no HTTP library here, the callers pass the answer's status code and Retry-After header. The one
+impurity is the jitter's random draw, injectable (`RetryPolicy.rand`) so tests can fix it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 KEY_REFUSED = (401, 403)
 TOO_MANY = 429
@@ -38,10 +41,18 @@ class RetryPolicy:
     """The wait when a 429 has no usable Retry-After (missing, an HTTP date, not finite)."""
     key_hint: str = "set JUDGEFORGE_API_KEY to the server's key"
     """How the caller's user passes the key, the tail of the refusal message."""
+    jitter: float = 1.0
+    """Each wait is drawn uniformly from [w, w * (1 + jitter)], w being what the server asked for: clients
+    refused together come back spread over that window instead of all at once (and at once refused
+    again). Never shorter than Retry-After; 0 waits exactly it."""
+    rand: Callable[[], float] = field(default=random.random, repr=False, compare=False)
+    """A draw in [0, 1) per wait; random.random by default (seeded by the OS, so clients differ)."""
 
     def __post_init__(self):
         if self.attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {self.attempts}")
+        if not self.jitter >= 0:
+            raise ValueError(f"jitter must be >= 0, got {self.jitter}")
 
     def wait_s(self, retry_after: str | None) -> float:
         """Seconds a Retry-After header value asks for (delta-seconds; anything else: the default)."""
@@ -58,5 +69,9 @@ class RetryPolicy:
         if status in KEY_REFUSED:
             return Refused(f"the server at {url} refused the API key ({status}): {self.key_hint}")
         if status == TOO_MANY and attempt < self.attempts:
-            return Retry(self.wait_s(retry_after))
+            return Retry(self.jittered(self.wait_s(retry_after)))
         return None
+
+    def jittered(self, wait: float) -> float:
+        """`wait` stretched by a random share of `jitter` (see there)."""
+        return wait * (1 + self.jitter * self.rand())

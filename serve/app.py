@@ -7,12 +7,15 @@ Failure behaviour (each one tested in tests/serve/):
 - headers: a request head over `server.max_header_bytes` -> 431 (bounded where uvicorn's h11
   buffers it, serve/headers.py), more than `server.max_headers` fields -> 431, a head not complete
   within `server.header_timeout_s` -> 408; all before auth;
+- connections: while more than `server.max_connections` are open, a request gets 503 and its
+  connection is closed, before auth;
 - auth: every path but /health (unknown paths and /openapi.json included) needs
   `Authorization: Bearer <key>` (scheme case-insensitive; env JUDGEFORGE_API_KEY over
   `server.api_key`), compared in constant time -> 401 otherwise. With no non-empty key the
   server refuses to start, unless `server.auth=none` says so explicitly (then a warning at
   start and "auth": "none" in /health);
-- bodies: more than `server.max_body_bytes` -> 413 before parsing; not sent as
+- bodies: not complete within `server.body_timeout_s` of the head -> 408 and the connection
+  closed; more than `server.max_body_bytes` -> 413 before parsing; not sent as
   `content-type: application/json` -> 415; not UTF-8 or not JSON -> 400 saying where;
   nested deeper than MAX_JSON_DEPTH -> 422;
 - bad fields -> 422 naming the field (n above `sampling.max_n` and NaN/Infinity included);
@@ -125,31 +128,47 @@ class BodyError(Exception):
         self.status = status
         self.detail = [{"loc": ["body"], "msg": detail, "type": kind}] if kind else detail
 
+    def headers(self) -> dict | None:
+        # A stalled body's connection is closed: the client is not sending, so it reads the 408 (a
+        # 413's client may still be writing; it would lose the answer to a reset, so that one stays).
+        return {"connection": "close"} if self.status == 408 else None
+
 
 class JSONBodies:
-    """Pure ASGI: a body is read here, at most `max_bytes`, and must be UTF-8 JSON no deeper than
-    MAX_JSON_DEPTH, else 413/415/400/422 saying which. (FastAPI alone answers "Input should be a
-    valid dictionary" to JSON sent as text/plain and "error parsing the body" to the rest.) The
-    checked body is then replayed to the app."""
+    """Pure ASGI: a body is read here, at most `max_bytes` within `timeout_s`, and must be UTF-8 JSON
+    no deeper than MAX_JSON_DEPTH, else 413/408/415/400/422 saying which. (FastAPI alone answers
+    "Input should be a valid dictionary" to JSON sent as text/plain and "error parsing the body" to
+    the rest.) The checked body is then replayed to the app."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, timeout_s: float):
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
             return await self.app(scope, receive, send)
         try:
-            body = await read_body(scope, receive, self.max_bytes)
+            body = await read_body(scope, receive, self.max_bytes, self.timeout_s)
             check_json(header(scope, b"content-type").decode("latin-1"), body)
         except ClientDisconnect:
             return  # nobody to answer
         except BodyError as e:
-            return await ErrorResponse({"detail": e.detail}, e.status)(scope, receive, send)
+            response = ErrorResponse({"detail": e.detail}, e.status, e.headers())
+            return await response(scope, receive, send)
         await self.app(scope, replay(body, receive), send)
 
 
-async def read_body(scope, receive, limit: int) -> bytes:
-    """The whole body, refused (413) as soon as it is known to exceed `limit` bytes."""
+async def read_body(scope, receive, limit: int, timeout_s: float | None = None) -> bytes:
+    """The whole body, refused (413) as soon as it is known to exceed `limit` bytes, and (408) when it
+    is not complete within `timeout_s`: a stalled upload would otherwise hold its bytes and its
+    connection for as long as the client keeps it open."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read_chunks(scope, receive, limit)
+    except TimeoutError:
+        raise BodyError(408, f"request body not complete within {timeout_s:g}s") from None
+
+
+async def _read_chunks(scope, receive, limit: int) -> bytes:
     declared = header(scope, b"content-length")
     if declared.isdigit() and int(declared) > limit:
         raise BodyError(413, f"body of {int(declared)} bytes; the limit is {limit} bytes")
@@ -269,7 +288,7 @@ def create_app(cfg: ServeConfig, engine: JudgeEngine, teacher_engine: JudgeEngin
     app.add_exception_handler(FieldError, field_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     # Added innermost first: requests pass CountRequests, HeaderLimits, RequireKey, then JSONBodies.
-    app.add_middleware(JSONBodies, max_bytes=cfg.server.max_body_bytes)
+    app.add_middleware(JSONBodies, max_bytes=cfg.server.max_body_bytes, timeout_s=cfg.server.body_timeout_s)
     app.add_middleware(RequireKey, state=shared)
     app.add_middleware(HeaderLimits, max_headers=cfg.server.max_headers,
                        max_bytes=cfg.server.max_header_bytes)

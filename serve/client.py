@@ -7,7 +7,9 @@
 
 Each input line is a /v1/grade body (or a /v1/compare body when it has
 `response_a`), plus an optional `id` echoed back. HTTP mode sends the key from
-JUDGEFORGE_API_KEY and retries 429 answers after their Retry-After (bounded).
+JUDGEFORGE_API_KEY and retries 429 answers after their Retry-After, stretched by a random
+share of up to as much again so that clients refused together do not come back together
+(bounded).
 `--local` grades through an engine in this process (no server), with the same
 request validation. `--ray --replicas N` does what --local does on N engine
 replicas through Ray Data (judgeforge.scale; a local Ray is started, or
@@ -18,17 +20,28 @@ appended as batches finish, resumed the same way.
 Several --url: a fleet of servers (serve/client_fleet.py). `-j` is the requests in
 flight in all, not per server: each goes to the server with the fewest in
 flight (ties round-robin), so a slow server takes fewer lines; give about 8 per
-server. At start every /health is checked: a server that cannot grade is
-skipped with a warning while another can. A line whose server dies (nothing
-listens, or the answer is lost) or answers 503 is sent on to another server,
-at most 3 servers per line; it fails only when no server left is new to it.
-Nothing listening takes a server out of rotation at once, 3 failed answers in
+server. At start every /health is checked (5 s each): a server that cannot
+grade is skipped with a warning while another can. A line whose server dies
+(nothing listens, or the answer is lost), hangs (no answer within the
+deadlines below) or answers 503 is sent on to another server, at most 3
+servers per line; it fails only when no server left is new to it. Nothing
+listening or a hang takes a server out of rotation at once, 3 failed answers in
 a row take it out while another remains; its /health is re-probed every 10 s
 and it comes back when that answers. 429 waits out Retry-After on the same
 server; a refused key (401/403) stops the run. The records are the same as
 with one server, so a run resumes with any set of --url; the final line adds
 `retried=R servers: URL=lines ...` (and who went down). One --url behaves as
-it always did: its 503s and lost answers fail their lines.
+it always did: its 503s and lost answers fail their lines; a hang stops the run
+(exit 5, rerun to resume).
+
+Deadlines, per request sent (each 429 retry is a new request): --connect-timeout
+(10 s) to open a connection; --read-timeout (330 s) for the next byte of an
+answer, which for a grading is the whole grading, since the server sends nothing
+until it is done: longer than the server's own server.request_timeout_s (300 s),
+so a slow grading gets the server's 504 rather than a client timeout (lower it to
+fail over sooner when gradings are known to be quick); --request-timeout (600 s)
+for the request end to end, however its bytes trickle. A stopped or wedged server
+(its kernel still accepts connections) is noticed after the read timeout.
 
 Output: one line per non-blank input line, `{"line", "index", "id", "hash", "result"}`
 or `{..., "error": {"status", "detail"}}` (`line`: 1-based line number in the
@@ -48,8 +61,8 @@ Exit codes:
        --input, bad --config, API key refused (401/403)
   3    some lines failed, the others graded: rerun to retry the failed ones
   4    no line graded: every line failed
-  5    the server cannot be reached, or with several --url none of them (or the
-       --local engine cannot start)
+  5    the server cannot be reached or does not answer in time, or with several
+       --url none of them (or the --local engine cannot start)
   130  interrupted (Ctrl-C): finished results are kept; rerun to resume
 """
 
@@ -70,10 +83,13 @@ from judgeforge.io import atomic_write_jsonl, dumps_record, read_complete_jsonl
 from judgeforge.retry import Refused, RetryPolicy
 from judgeforge.serve.client_fleet import MAX_STRIKES, Fleet, Server
 
-RETRY = RetryPolicy()  # 429s: Retry-After waited out, 8 requests at most
+RETRY = RetryPolicy()  # 429s: Retry-After waited out (with jitter), 8 requests at most
 MAX_LINE_ATTEMPTS = 3  # servers a line is sent to at most: one failing on 3 may be what kills them
 REPROBE_S = 10.0  # how often a server out of rotation has its /health polled to bring it back
 RETRYABLE = (None, 503)  # no answer, or "cannot grade now": another server may well grade the line
+HEALTH_TIMEOUT_S = 5.0  # a /health probe: answered by the event loop alone, so a live server needs far less
+KEEPALIVE_S = 2.5  # idle connections dropped before the server drops them (uvicorn: 5 s), or a request sent
+# on one as the server closes it loses its answer (seen: a probe's connection reused after 5 s on another's)
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_SOME_FAILED, EXIT_ALL_FAILED, EXIT_UNREACHABLE = 0, 1, 2, 3, 4, 5
 EXIT_INTERRUPTED = 130
 log = logging.getLogger(__name__)
@@ -85,6 +101,21 @@ class GradeError(Exception):
     def __init__(self, message: str, code: int):
         super().__init__(message)
         self.code = code
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """How long the client waits on a server, per request (the module doc says why these defaults)."""
+
+    connect_s: float = 10.0
+    read_s: float = 330.0
+    request_s: float = 600.0
+
+    def httpx_timeout(self):
+        import httpx
+
+        # Writing waits on the server reading; no pool wait: the pool has a connection per request.
+        return httpx.Timeout(connect=self.connect_s, read=self.read_s, write=self.read_s, pool=None)
 
 
 @dataclass
@@ -221,8 +252,13 @@ def _no_server(fleet: Fleet) -> GradeError:
     return GradeError(text, EXIT_UNREACHABLE)
 
 
+def _hung(url: str, e: Exception, what: str, limit_s: float) -> str:
+    return f"the server at {url} did not answer in time ({what} of {limit_s:g}s: {type(e).__name__})"
+
+
 class _NoAnswer(Exception):
-    """Nothing listens at a server's address (connection refused or timed out): its reason."""
+    """Nothing listens at a server's address (connection refused or timed out), or it did not answer
+    within the deadlines (a hung server): its reason."""
 
 
 async def _check_server(client, url: str) -> tuple[str, bool] | None:
@@ -230,7 +266,10 @@ async def _check_server(client, url: str) -> tuple[str, bool] | None:
     import httpx
 
     try:
-        r = await client.get("/health")
+        async with asyncio.timeout(HEALTH_TIMEOUT_S):  # httpx's timeouts bound each read, not the whole
+            r = await client.get("/health", timeout=HEALTH_TIMEOUT_S)
+    except (httpx.TimeoutException, TimeoutError) as e:
+        return _hung(url, e, "/health probe", HEALTH_TIMEOUT_S), True
     except httpx.TransportError as e:
         return _cannot_reach(url, e), True
     if r.status_code == 503:
@@ -238,16 +277,30 @@ async def _check_server(client, url: str) -> tuple[str, bool] | None:
     return None
 
 
-async def _send(client, url: str, body: dict) -> dict:
+async def _post(client, url: str, body: dict, deadlines: Deadlines):
+    """One request sent and answered within `deadlines` (the client's httpx timeouts are theirs);
+    _NoAnswer when nothing listens or the server does not answer in time."""
+    import httpx
+
+    try:
+        async with asyncio.timeout(deadlines.request_s):
+            return await client.post(_route(body), json=body)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+        raise _NoAnswer(_cannot_reach(url, e)) from e
+    except TimeoutError as e:
+        raise _NoAnswer(_hung(url, e, "request deadline", deadlines.request_s)) from e
+    except httpx.TimeoutException as e:  # read (or write): the server went silent
+        raise _NoAnswer(_hung(url, e, "read timeout", deadlines.read_s)) from e
+
+
+async def _send(client, url: str, body: dict, deadlines: Deadlines = Deadlines()) -> dict:
     """One request, 429s retried as RETRY says: {"result"} or {"error"} (status None: the answer
-    was lost); _NoAnswer when nothing listens, GradeError when the key is refused."""
+    was lost); _NoAnswer when nothing listens or it hangs, GradeError when the key is refused."""
     import httpx
 
     for attempt in range(1, RETRY.attempts + 1):
         try:
-            r = await client.post(_route(body), json=body)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-            raise _NoAnswer(_cannot_reach(url, e)) from e
+            r = await _post(client, url, body, deadlines)
         except httpx.TransportError as e:  # answer lost (server died mid-request?)
             return {"error": {"status": None, "detail": f"no answer: {type(e).__name__}: {e}"}}
         step = RETRY.decide(attempt, r.status_code, r.headers.get("retry-after"), url)
@@ -271,16 +324,16 @@ def _strikes_why(url: str, err: dict) -> str:
     return f"the server at {url} failed {MAX_STRIKES} answers in a row (last: {last[:200]})"
 
 
-async def _grade_line(fleet: Fleet, clients: dict, body: dict) -> dict:
+async def _grade_line(fleet: Fleet, clients: dict, body: dict, deadlines: Deadlines) -> dict:
     """A line's record: sent to the least-loaded server it has not failed on, and on to another when
-    that one dies or answers 503 (MAX_LINE_ATTEMPTS servers at most); its last failure when no server
-    left in rotation would be new to it; GradeError when none is left at all."""
+    that one dies, hangs or answers 503 (MAX_LINE_ATTEMPTS servers at most); its last failure when no
+    server left in rotation would be new to it; GradeError when none is left at all."""
     tried: set[str] = set()
     res = None
     while len(tried) < MAX_LINE_ATTEMPTS and (server := fleet.take(tried)) is not None:
         tried.add(server.url)
         try:
-            res = await _send(clients[server.url], server.url, body)
+            res = await _send(clients[server.url], server.url, body, deadlines)
         except _NoAnswer as e:
             fleet.unreachable(server, str(e))
             res = {"error": {"status": None, "detail": str(e)}}
@@ -336,7 +389,8 @@ async def _run_workers(todo: list[Row], concurrency: int, grade, sink: Sink) -> 
         raise fatal[0] from None
 
 
-async def _grade_http(todo: list[Row], urls: list[str], concurrency: int, sink: Sink) -> None:
+async def _grade_http(todo: list[Row], urls: list[str], concurrency: int, sink: Sink,
+                      deadlines: Deadlines = Deadlines()) -> None:
     """The lines over the servers at `urls`, `concurrency` requests in flight in all (not per server)."""
     import httpx
 
@@ -353,9 +407,13 @@ async def _grade_http(todo: list[Row], urls: list[str], concurrency: int, sink: 
                         "every %gs)", server.url, server.why, REPROBE_S)
             reprobe(server)
 
+    # A connection per request in flight, plus one for a /health re-probe: no request waits on the pool,
+    # so its deadlines measure the server alone.
+    limits = httpx.Limits(max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1,
+                          keepalive_expiry=KEEPALIVE_S)
     async with contextlib.AsyncExitStack() as stack:
-        clients = {url: await stack.enter_async_context(
-            httpx.AsyncClient(base_url=url, headers=headers, timeout=None)) for url in urls}
+        clients = {url: await stack.enter_async_context(httpx.AsyncClient(
+            base_url=url, headers=headers, timeout=deadlines.httpx_timeout(), limits=limits)) for url in urls}
         fleet = Fleet(urls, on_out=taken_out)
         await _check_fleet(fleet, clients)
         for server in fleet.servers:
@@ -366,7 +424,8 @@ async def _grade_http(todo: list[Row], urls: list[str], concurrency: int, sink: 
             log.info("grading over %d of %d servers, %d requests in flight in all", len(fleet.up()), len(urls),
                      concurrency)
         try:
-            await _run_workers(todo, concurrency, lambda body: _grade_line(fleet, clients, body), sink)
+            await _run_workers(todo, concurrency, lambda body: _grade_line(fleet, clients, body, deadlines),
+                               sink)
         finally:
             for task in probes:
                 task.cancel()
@@ -513,6 +572,16 @@ def _positive_int(text: str) -> int:
     return n
 
 
+def _seconds(text: str) -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        s = 0.0
+    if not (0 < s < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return s
+
+
 def _http_url(text: str) -> str:
     if not text.startswith(("http://", "https://")):
         raise argparse.ArgumentTypeError(f"must start with http:// or https://, got {text!r}")
@@ -533,6 +602,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"server base URL (default {DEFAULT_URL}); repeat it to grade over several servers")
     p.add_argument("--concurrency", "-j", type=_positive_int, default=8,
                    help="requests in flight (>= 1), in all: spread over the --url servers")
+    d = Deadlines()
+    p.add_argument("--connect-timeout", type=_seconds, default=d.connect_s, metavar="S",
+                   help=f"seconds to open a connection to a server (default {d.connect_s:g})")
+    p.add_argument("--read-timeout", type=_seconds, default=d.read_s, metavar="S",
+                   help=f"seconds a server may stay silent, i.e. a grading's longest (default {d.read_s:g}); "
+                        f"past it the line goes to another server and this one out of rotation")
+    p.add_argument("--request-timeout", type=_seconds, default=d.request_s, metavar="S",
+                   help=f"seconds one request may take end to end (default {d.request_s:g}); past it as "
+                        f"--read-timeout")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--local", action="store_true", help="grade in-process through an engine, no server")
     where.add_argument("--ray", action="store_true",
@@ -597,7 +675,8 @@ def grade_rows(args: argparse.Namespace, todo: list[Row], sink: Sink) -> None:
         elif args.local:
             _grade_local(todo, args.config, args.overrides, sink)
         elif todo:
-            asyncio.run(_grade_http(todo, args.url, args.concurrency, sink))
+            deadlines = Deadlines(args.connect_timeout, args.read_timeout, args.request_timeout)
+            asyncio.run(_grade_http(todo, args.url, args.concurrency, sink, deadlines))
     except ConfigError as e:
         raise GradeError(f"config error: {e}", EXIT_USAGE) from e
 

@@ -5,7 +5,8 @@ the fleet how each went; this is pure bookkeeping, no I/O.
 
 - A line goes to the server in rotation with the fewest requests in flight, among those it has not
   already failed on; ties go round-robin, so equal servers alternate and a slow one takes fewer lines.
-- A server is taken out of rotation at once when nothing answers (connection refused), and after
+- A server is taken out of rotation at once when nothing answers (connection refused, or no answer
+  within the client's deadlines: a hung or stopped process), and after
   MAX_STRIKES failed answers in a row (503, answer lost) while another server is in rotation: the last
   one standing keeps grading, its failures written per line as with a single server.
 - A server out of rotation comes back when its /health answers again (the client re-probes it).
@@ -40,7 +41,8 @@ class Server:
     why: str | None = None
     """Why it is out of rotation; None while it is in."""
     unreachable: bool = False
-    """Out because nothing answered at all (not listening), rather than answering that it cannot grade."""
+    """Out because nothing answered at all (not listening, or hung), rather than answering that it cannot
+    grade."""
     skipped: bool = False
     """It could not grade when the run started, so it began out of rotation."""
 
@@ -85,7 +87,8 @@ class Fleet:
             self._out(server, why, unreachable=False)
 
     def unreachable(self, server: Server, why: str) -> None:
-        """Nothing answered: out of rotation at once, even the last one (then no line can be graded)."""
+        """Nothing answered (refused, or not in time): out of rotation at once, even the last one (then no
+        line can be graded)."""
         server.in_flight -= 1
         if server.why is None:
             self._out(server, why, unreachable=True)

@@ -51,6 +51,19 @@ class ServerConfig(Config):
     header_timeout_s: float = Field(10.0, gt=0)
     """A request head not complete this long after its first byte (or after the connection opened) is
     answered 408 and its connection closed: a client trickling headers holds no connection for long."""
+    body_timeout_s: float = Field(30.0, gt=0)
+    """A request body not complete this long after its head is answered 408 and its connection closed (one
+    the server already answered without reading it, a 401 say, is just closed): a stalled upload holds its
+    buffered bytes and its connection no longer than this. 30 s carries a 4 MiB body at about 1 Mbit/s."""
+    max_connections: int | None = Field(None, ge=1)
+    """Connections served at once; while more are open a request is answered 503 and its connection
+    closed, before auth. None: twice `max_in_flight` (128 by default), room for every admitted grading plus
+    as many connections waiting for their 429 or idle between requests. Memory held by request bodies is
+    at most about this times `max_body_bytes`, each for at most `body_timeout_s`."""
+
+    def connection_limit(self) -> int:
+        """`max_connections`, or its default."""
+        return self.max_connections or 2 * self.max_in_flight
 
 
 class ServeConfig(Config):

@@ -11,7 +11,13 @@ An ASGI middleware only sees headers once they are parsed, i.e. after the memory
   connection closed (uvicorn itself answers h11's refusal with a bare 400);
 - a head not complete `server.header_timeout_s` after its first byte (or after the connection opened)
   is answered 408 and closed: trickled headers hold no connection for long;
-- memory per connection is therefore about `max_header_bytes` plus one socket read.
+- memory per connection is therefore about `max_header_bytes` plus one socket read;
+- a request body still incomplete `server.body_timeout_s` after its head, on a request already answered
+  without it (a 401, say), has its connection closed: uvicorn would otherwise read and drop such a body
+  for as long as it trickles in. (A body the app is reading gets its 408 from the app, serve/app.py.)
+
+uvicorn's own `limit_concurrency` bounds the connections (`server.max_connections`): beyond them a
+request is answered 503 and its connection closed.
 
 `HeaderLimits` (ASGI, outside auth) refuses more than `server.max_headers` fields with 431, and repeats
 the size check for servers other than `judgeforge serve` (TestClient, an embedding program's own).
@@ -61,11 +67,13 @@ class LimitedH11Protocol(H11Protocol):
 
     max_header_bytes = 32 * 1024
     header_timeout_s = 10.0
+    body_timeout_s = 30.0
 
     def __init__(self, config, server_state, app_state, _loop=None):
         super().__init__(config, server_state, app_state, _loop)
         self.conn = _Connection(h11.SERVER, self.max_header_bytes)
         self._head_timer = None
+        self._body_timer = None
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -77,9 +85,14 @@ class LimitedH11Protocol(H11Protocol):
             self._arm_head_timer()
         else:
             self._cancel_head_timer()
+        if self.conn.their_state is h11.SEND_BODY:  # a head, and not all of its body yet
+            self._arm_body_timer()
+        else:
+            self._cancel_body_timer()
 
     def connection_lost(self, exc) -> None:
         self._cancel_head_timer()
+        self._cancel_body_timer()
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:
@@ -110,6 +123,23 @@ class LimitedH11Protocol(H11Protocol):
         if self.conn.their_state is h11.IDLE:
             self._refuse(408, "Request Timeout",
                          f"request head not complete within {self.header_timeout_s:g}s")
+
+    def _arm_body_timer(self) -> None:
+        if self._body_timer is None:  # runs from the head's end: more body bytes do not extend it
+            self._body_timer = self.loop.call_later(self.body_timeout_s, self._body_timed_out)
+
+    def _cancel_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        answered = self.cycle is not None and self.cycle.response_complete
+        if self.conn.their_state is h11.SEND_BODY and answered and not self.transport.is_closing():
+            self.logger.info("request body not complete within %gs of its head: connection closed",
+                             self.body_timeout_s)
+            self.transport.close()
 
 
 class HeaderLimits:
@@ -144,7 +174,11 @@ async def _send_431(send, detail: str) -> None:
 
 
 def uvicorn_options(server) -> dict:
-    """`uvicorn.run` keyword arguments enforcing a ServerConfig's header limits."""
+    """`uvicorn.run` keyword arguments enforcing a ServerConfig's header, body and connection limits."""
     protocol = type("LimitedH11Protocol", (LimitedH11Protocol,), {
-        "max_header_bytes": server.max_header_bytes, "header_timeout_s": server.header_timeout_s})
-    return {"http": protocol, "h11_max_incomplete_event_size": server.max_header_bytes}
+        "max_header_bytes": server.max_header_bytes, "header_timeout_s": server.header_timeout_s,
+        "body_timeout_s": server.body_timeout_s})
+    # uvicorn refuses a request once the open connections, its own included, reach the limit: +1 serves
+    # exactly max_connections.
+    return {"http": protocol, "h11_max_incomplete_event_size": server.max_header_bytes,
+            "limit_concurrency": server.connection_limit() + 1}

@@ -6,7 +6,9 @@ The clients run against httpx's MockTransport (no server), their sleeps recorded
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
+import random
 
 import httpx
 import pytest
@@ -17,7 +19,7 @@ from judgeforge.retry import Refused, Retry, RetryPolicy
 from judgeforge.serve import client
 
 URL = "http://judge:8000"
-POLICY = RetryPolicy()
+POLICY = RetryPolicy(jitter=0)
 
 
 def test_a_429_is_retried_after_its_retry_after_until_the_last_attempt():
@@ -50,6 +52,29 @@ def test_other_answers_are_taken_as_they_are(status):
 def test_attempts_are_at_least_one():
     with pytest.raises(ValueError, match="attempts must be >= 1"):
         RetryPolicy(attempts=0)
+    with pytest.raises(ValueError, match="jitter must be >= 0"):
+        RetryPolicy(jitter=float("nan"))
+
+
+def test_retry_waits_are_jittered_between_retry_after_and_twice_it():
+    """16 clients refused together: their waits spread over [Retry-After, 2 x Retry-After] instead of all
+    coming back at the same instant (and being refused together again)."""
+    clients = [RetryPolicy(rand=random.Random(seed).random) for seed in range(16)]
+    waits = [c.decide(1, 429, "2", URL).after_s for c in clients]
+    assert all(2.0 <= w < 4.0 for w in waits), waits
+    assert len(set(waits)) == 16 and max(waits) - min(waits) > 1.0, waits  # spread, not lockstep
+    one = RetryPolicy(rand=random.Random(0).random)
+    again = [one.decide(k, 429, "2", URL).after_s for k in range(1, 8)]
+    assert len(set(again)) == 7  # one client's successive waits differ too
+    assert [RetryPolicy(rand=lambda: x).decide(1, 429, "3", URL) for x in (0.0, 0.5, 0.999)] == \
+        [Retry(3.0), Retry(4.5), Retry(3 * 1.999)]
+    assert RetryPolicy(jitter=0.25, rand=lambda: 0.999).decide(1, 429, None, URL).after_s < 1.25
+
+
+def test_the_default_draw_differs_between_policies():
+    """No seed given: each client draws from the OS-seeded generator, so two clients built alike differ."""
+    waits = {RetryPolicy().decide(1, 429, "2", URL).after_s for _ in range(8)}
+    assert len(waits) == 8 and all(2.0 <= w < 4.0 for w in waits)
 
 
 @given(st.integers(1, 20), st.integers(1, 30), st.integers(100, 599),
@@ -61,7 +86,8 @@ def test_every_decision_is_bounded(attempts, attempt, status, header):
     step = policy.decide(attempt, status, header, URL)
     if isinstance(step, Retry):
         assert status == 429 and attempt < attempts
-        assert math.isfinite(step.after_s) and step.after_s >= 0
+        asked = policy.wait_s(header)
+        assert math.isfinite(step.after_s) and asked <= step.after_s <= 2 * asked
     elif isinstance(step, Refused):
         assert status in (401, 403)
     else:
@@ -88,6 +114,13 @@ def remote(handle) -> api.RemoteJudge:
     return judge
 
 
+@pytest.fixture(autouse=True)
+def mid_jitter(monkeypatch):
+    """Both clients' policies draw 0.5: each wait is 1.5 x Retry-After, exactly."""
+    monkeypatch.setattr(api, "RETRY", dataclasses.replace(api.RETRY, rand=lambda: 0.5))
+    monkeypatch.setattr(client, "RETRY", dataclasses.replace(client.RETRY, rand=lambda: 0.5))
+
+
 def send(handle, monkeypatch) -> tuple[dict, list]:
     waits = []
 
@@ -106,12 +139,12 @@ def test_the_sync_client_waits_out_429s_then_gives_up_on_the_last(monkeypatch):
     monkeypatch.setattr(api.time, "sleep", waits.append)
     handle, sent = busy_then(httpx.Response(200, json={"data": []}), busy=2)
     assert remote(handle)._call("GET", "/v1/models") == {"data": []}
-    assert len(sent) == 3 and waits == [3.0, 3.0]
+    assert len(sent) == 3 and waits == [4.5, 4.5]
     waits.clear()
     handle, sent = busy_then(httpx.Response(200, json={}), busy=99)
     with pytest.raises(api.ServerError, match="429") as e:
         remote(handle)._call("GET", "/v1/models")
-    assert e.value.status == 429 and len(sent) == api.RETRY.attempts and waits == [3.0] * (len(sent) - 1)
+    assert e.value.status == 429 and len(sent) == api.RETRY.attempts and waits == [4.5] * (len(sent) - 1)
     handle, _ = busy_then(httpx.Response(401, json={"detail": "bad key"}), busy=1)
     with pytest.raises(PermissionError, match=r"refused the API key \(401\): pass api_key= or set"):
         remote(handle)._call("GET", "/v1/models")
@@ -119,11 +152,11 @@ def test_the_sync_client_waits_out_429s_then_gives_up_on_the_last(monkeypatch):
 
 def test_the_async_client_waits_out_429s_then_gives_up_on_the_last(monkeypatch):
     handle, sent = busy_then(httpx.Response(200, json={"score": 4}), busy=2)
-    assert send(handle, monkeypatch) == ({"result": {"score": 4}}, [3.0, 3.0]) and len(sent) == 3
+    assert send(handle, monkeypatch) == ({"result": {"score": 4}}, [4.5, 4.5]) and len(sent) == 3
     handle, sent = busy_then(httpx.Response(200, json={}), busy=99)
     res, waits = send(handle, monkeypatch)
     assert res == {"error": {"status": 429, "detail": "busy"}}
-    assert len(sent) == client.RETRY.attempts and waits == [3.0] * (len(sent) - 1)
+    assert len(sent) == client.RETRY.attempts and waits == [4.5] * (len(sent) - 1)
     handle, _ = busy_then(httpx.Response(403, json={"detail": "bad key"}), busy=1)
     with pytest.raises(client.GradeError, match=r"refused the API key \(403\): set JUDGEFORGE_API_KEY") as e:
         send(handle, monkeypatch)

@@ -338,3 +338,100 @@ class Gate:
         await send({"type": "http.response.start", "status": 503,
                     "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": b'{"detail": "engine loading"}'})
+
+
+# -- hung servers: stopped (SIGSTOP) processes, whose kernel still accepts connections ----------------
+
+
+@pytest.fixture(scope="module")
+def processes(tmp_path_factory):
+    """Two `judgeforge serve` processes over ScriptedEngines; a test may stop one, and continues it."""
+    env = {"JUDGEFORGE_API_KEY": KEY, "JUDGEFORGE_SCRIPTED_DELAY": "0.1"}
+    logs = tmp_path_factory.mktemp("hung")
+    procs = [ServerProcess(None, ["engine.max_model_len=4096"], env=env, log=logs / f"serve{i}.log",
+                           entry=SCRIPTED) for i in range(2)]
+    try:
+        for p in procs:
+            p.wait_ready(120)
+        yield procs
+    finally:
+        for p in procs:
+            if p.proc.poll() is None:
+                os.kill(p.proc.pid, signal.SIGCONT)  # a stopped process would not see the SIGTERM
+            p.stop(30)
+
+
+def start_grade(inp: Path, out: Path, urls, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "judgeforge.cli", "grade", "--input", str(inp), "--output", str(out),
+           *(a for u in urls for a in ("--url", u)), *extra]
+    env = {**os.environ, "JUDGEFORGE_API_KEY": KEY, "NO_PROXY": "127.0.0.1"}
+    return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+
+
+def finish(run: subprocess.Popen, timeout: float) -> tuple[int, str]:
+    """The run's exit code and stderr; a failure when it is still running after `timeout` s (it stalled)."""
+    try:
+        _, err = run.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        _, err = run.communicate()
+        pytest.fail(f"`judgeforge grade` still running after {timeout}s: {err[-2000:]}")
+    return run.returncode, err
+
+
+def test_a_server_stopped_before_the_run_does_not_stall_it(tmp_path, processes):
+    """With the default deadlines: the stopped server's /health probe gives up after HEALTH_TIMEOUT_S, so it
+    is skipped and the healthy one grades every line; alone, a stopped server ends the run with exit 5."""
+    a, b = processes
+    n, out = 16, tmp_path / "out.jsonl"
+    inp = requests(tmp_path / "in.jsonl", n)
+    os.kill(b.proc.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        rc, err = finish(start_grade(inp, out, [a.url, b.url], "-j", "8"), timeout=90)
+        took = time.monotonic() - t0
+        t0 = time.monotonic()
+        rc_alone, err_alone = finish(start_grade(inp, tmp_path / "alone.jsonl", [b.url]), timeout=90)
+        took_alone = time.monotonic() - t0
+    finally:
+        os.kill(b.proc.pid, signal.SIGCONT)
+    assert rc == 0, err + "".join(line for line in out.read_text().splitlines(True) if '"error"' in line)
+    assert_each_line_once(out, n)
+    assert f"{a.url}={n} {b.url}=0 ({b.url}: not up at start)" in err, err
+    assert f"did not answer in time (/health probe of {client.HEALTH_TIMEOUT_S:g}s" in err, err
+    # The probe, the CLI's start and 16 short gradings (generous: a loaded 2-core machine starts Python slowly).
+    assert took < client.HEALTH_TIMEOUT_S + 40, took
+    assert rc_alone == client.EXIT_UNREACHABLE and f"the server at {b.url} did not answer in time" in err_alone
+    assert took_alone < client.HEALTH_TIMEOUT_S + 30, took_alone
+    assert not (tmp_path / "alone.jsonl").exists()
+
+
+@pytest.mark.parametrize("flag, what", [("--read-timeout", "read timeout"),
+                                        ("--request-timeout", "request deadline")])
+def test_a_server_stopped_mid_run_has_its_lines_sent_on_after_the_deadline(tmp_path, processes, flag, what):
+    """Stopped once the run is under way (after its /health check): the lines in flight there, and the next
+    one sent there, wait out the deadline, then go to the other server; the stopped one is out of rotation."""
+    a, b = processes
+    n, out, deadline = 24, tmp_path / "out.jsonl", 5  # well above a 0.1 s grading, even on a loaded machine
+    inp = requests(tmp_path / "in.jsonl", n)
+    run = start_grade(inp, out, [a.url, b.url], "-j", "8", flag, str(deadline))
+    try:
+        limit = time.monotonic() + 60
+        while not out.exists() or out.read_bytes().count(b"\n") < 4:
+            assert run.poll() is None and time.monotonic() < limit, run.communicate()
+            time.sleep(0.01)
+        os.kill(b.proc.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        rc, err = finish(run, timeout=90)
+        took = time.monotonic() - stopped
+    finally:
+        if run.poll() is None:
+            run.kill()
+        os.kill(b.proc.pid, signal.SIGCONT)
+    assert rc == 0, err
+    assert_each_line_once(out, n)
+    found = re.search(r"retried=(\d+) servers: (\S+)=(\d+) (\S+)=(\d+) \((\S+): 1 down\)", err)
+    assert found and int(found[1]) >= 1 and found[6] == b.url, err
+    assert int(found[3]) + int(found[5]) == n and int(found[3]) > int(found[5]), err  # a took the rest
+    assert f"{b.url} out of rotation: the server at {b.url} did not answer in time ({what} of {deadline}s" in err
+    assert took < deadline + 30, took  # the deadline, then the remaining lines on a
