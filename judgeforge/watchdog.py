@@ -42,6 +42,7 @@ import contextlib
 import logging
 import os
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -163,14 +164,15 @@ def remove_segments(inodes: set[int]) -> None:
 
 
 def alive_with_children(procs) -> set:
-    """The processes still running, with what they have started since they were recorded."""
+    """The processes still running, with what they have started since they were recorded; no watchdog
+    (one recorded between its fork and its exec looked like any other process then)."""
     import psutil
 
     out = set()
     for p in filter(running, procs):
         with contextlib.suppress(psutil.Error):
-            out |= {p, *(c for c in p.children(recursive=True) if running(c) and not is_watchdog(c))}
-    return out
+            out |= {p, *filter(running, p.children(recursive=True))}
+    return {p for p in out if not is_watchdog(p)}
 
 
 def wait_ended(procs, timeout: float) -> set:
@@ -273,7 +275,7 @@ def _die_with_parent():
     def set_death_signal():
         prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
         if os.getppid() != parent:  # the parent died before the call: no signal will come
-            os.kill(os.getpid(), signal.SIGTERM)
+            os._exit(1)
 
     return set_death_signal
 
@@ -286,7 +288,7 @@ def _stop(proc: subprocess.Popen, grace: float) -> None:
     tree = set()
     with contextlib.suppress(psutil.Error):
         tree = {psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)}
-    log.info("stopping %s (pid %d) and its processes", os.path.basename(proc.args[0]), proc.pid)
+    log.info("stopping %s (pid %d) and its processes", shlex.join(map(str, proc.args[:3])), proc.pid)
     proc.terminate()
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(grace)

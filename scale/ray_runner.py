@@ -23,8 +23,9 @@ batch is restarted by Ray (`max_restarts`, its engine built again) and its batch
 (`max_task_retries`); a Python error in `batch_fn` is not retried: it is a bug, raised here.
 
 Ray: an existing cluster (`runtime.address`, or $RAY_ADDRESS), or a local one started for the run
-with just the CPUs the replicas need, no dashboard, and shut down after. Replica logs stay in Ray's
-session directory (/tmp/ray/session_latest/logs), not on this terminal.
+with just the CPUs the replicas need, no dashboard, and shut down after; a local one's processes end
+with the driver even when it is killed (judgeforge.watchdog). Replica logs stay in Ray's session
+directory (/tmp/ray/session_latest/logs), not on this terminal.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import Callable, Iterator, Sequence
 from judgeforge.config import ConfigError
 from judgeforge.hardware import CoreLeases
 from judgeforge.scale.config import RuntimeConfig
+from judgeforge.watchdog import Watchdog, end
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +211,24 @@ def ray_session(runtime: RuntimeConfig) -> Iterator[int]:
         yield machine_cpus
         return
     address = runtime.cluster_address()
+    # A local Ray's GCS and raylet die with this process, but not its agents and workers: the watchdog
+    # ends them when this process is killed (kill -9 included) before it could shut Ray down.
+    dog = None if address else Watchdog.start()
+    try:
+        _init(ray, runtime, address, machine_cpus)
+        try:
+            _configure_data()
+            _check_resources(ray, runtime, machine_cpus)
+            yield machine_cpus
+        finally:
+            ray.shutdown()
+    finally:
+        if dog is not None:
+            dog.stop()
+
+
+def _init(ray, runtime: RuntimeConfig, address: str | None, machine_cpus: int) -> None:
+    """Connect to the cluster at `address`, or start a local Ray (None); failures as ConfigError."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         with _program_keeps_sigterm():
@@ -226,12 +246,6 @@ def ray_session(runtime: RuntimeConfig) -> Iterator[int]:
                           f"runtime.address or $RAY_ADDRESS; a cluster with token authentication (Ray's default) "
                           f"also needs RAY_AUTH_MODE=token and its token (~/.ray/auth_token or "
                           f"$RAY_AUTH_TOKEN) here") from None
-    try:
-        _configure_data()
-        _check_resources(ray, runtime, machine_cpus)
-        yield machine_cpus
-    finally:
-        ray.shutdown()
 
 
 @contextmanager
@@ -264,8 +278,6 @@ def _start_local(ray, **kwargs) -> None:
     try:
         ray.init(address="local", include_dashboard=False, log_to_driver=False, **kwargs)
     except BaseException:
-        from judgeforge.judge.engines.watchdog import end
-
         ray.shutdown()
         end([p for p in psutil.Process().children(recursive=True) if p.pid not in before],
             why="Ray's start was stopped")

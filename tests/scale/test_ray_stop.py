@@ -1,13 +1,16 @@
-"""A run stopped with SIGTERM while it starts a local Ray leaves no Ray process behind.
+"""A run stopped with SIGTERM while it starts a local Ray, or killed with kill -9 while it grades,
+leaves no Ray process behind.
 
 A `runtime: ray` eval stopped just as it started Ray for its second judge left `ray::DashboardAgent` and
 `ray::RuntimeEnvAgent` re-parented to PID 1, ignoring SIGTERM: the signal landed inside `ray.init`,
-before the `try` whose `finally` shuts Ray down. Its own module: the diff of Ray processes before and
-after must not see another module's local Ray start or stop.
+before the `try` whose `finally` shuts Ray down. A kill -9 of `judgeforge grade --ray` left the same two:
+the GCS and the raylet die with the driver, the agents do not. Its own module: the diff of Ray processes
+before and after must not see another module's local Ray start or stop.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -64,12 +67,12 @@ def kill_all(keys) -> None:
             pass
 
 
-def stop_and_collect_leftovers(child: subprocess.Popen, before: dict) -> dict:
+def stop_and_collect_leftovers(child: subprocess.Popen, before: dict, within: float = 30) -> dict:
     try:
         child.wait(timeout=120)
     finally:
         child.kill()
-    deadline, left = time.monotonic() + 30, {}
+    deadline, left = time.monotonic() + within, {}
     while time.monotonic() < deadline:
         left = {k: v for k, v in ray_processes().items() if k not in before}
         if not left:
@@ -93,3 +96,59 @@ def test_sigterm_while_or_after_ray_starts_leaves_no_ray_process(monkeypatch, wh
     if when == "mid-start":
         assert "up" not in out  # the stop was not held past the start: the run never began
     assert not left, f"Ray processes left after SIGTERM ({when}): {sorted(left.values())}"
+
+
+def descendants(pid: int) -> dict[tuple[int, float], str]:
+    """The Ray processes below `pid` (another test's Ray, elsewhere on the machine, is not counted)."""
+    try:
+        below = {(p.pid, p.create_time()) for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.Error:
+        return {}
+    return {k: v for k, v in ray_processes().items() if k in below}
+
+
+def running(procs: dict) -> dict:
+    """Those of `procs` still running: not ended, not a zombie (re-parented, it waits for PID 1 to reap it)."""
+    live = {k: v for k, v in ray_processes().items() if k in procs}
+    for pid, start in list(live):
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                del live[(pid, start)]
+        except psutil.Error:
+            del live[(pid, start)]
+    return live
+
+
+def replica(procs: dict) -> bool:
+    """A Ray worker that hosts an actor (Ray titles an idle worker ray::IDLE)."""
+    agents = ("ray::DashboardAgent", "ray::RuntimeEnvAgent", "ray::IDLE")
+    return any(v.startswith("ray::") and v.split()[0] not in agents for v in procs.values())
+
+
+def test_kill_9_of_grade_ray_leaves_no_ray_process(monkeypatch, tiny_model, tmp_path):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text("".join(json.dumps({"instruction": "What is 2+2?", "response": f"answer {i}",
+                                       "rubric": "helpfulness", "n": 1}) + "\n" for i in range(200)))
+    cmd = [sys.executable, "-m", "judgeforge.cli", "grade", "-i", str(inp), "-o", str(out), "--ray", "--replicas",
+           "1", f"engine.model={tiny_model}", "engine.kind=transformers", "engine.dtype=float32",
+           "sampling.max_tokens=8", "runtime.batch_size=1"]
+    with open(tmp_path / "stderr", "w") as err:
+        driver = subprocess.Popen(cmd, stderr=err)
+    seen: dict = {}
+    try:
+        deadline = time.monotonic() + 300
+        while not replica(seen):  # Ray is all up and the replica starts its engine (the run would grade next)
+            assert driver.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr").read_text()[-3000:]
+            seen |= descendants(driver.pid)
+            time.sleep(0.2)
+        assert {"ray::DashboardAgent", "ray::RuntimeEnvAgent"} <= {v.split()[0] for v in seen.values() if v}, seen
+        driver.kill()
+        driver.wait()
+        deadline = time.monotonic() + 10
+        while (left := running(seen)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        kill_all(running(seen))  # a failure here must not leak them into the rest of the suite
+    assert not out.exists()  # killed before the first result
+    assert not left, f"Ray processes left 10 s after kill -9 of the driver: {sorted(left.values())}"
