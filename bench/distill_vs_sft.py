@@ -66,7 +66,7 @@ def train_arm(arm: str, records: int, sets: list[str]) -> Path:
 def compare(a: str, b: str) -> None:
     out = ROOT / f"compare-{b}-vs-{a}"
     if not out.with_suffix(".json").is_file():
-        lc.timed([*lc.JF, "eval", "compare", str(ROOT / a / "eval"), str(ROOT / b / "eval"), "--out",
+        lc.timed([*lc.JF, "eval", "compare", "--overwrite", str(ROOT / a / "eval"), str(ROOT / b / "eval"), "--out",
                   str(out.with_suffix(".md")), "--json", str(out.with_suffix(".json"))], ROOT / "cost.json",
                  out.name)
 

@@ -44,9 +44,14 @@ def run(cwd: Path, pythonpath: str | None, out: str, timeout: float | None = Non
     has no engine watchdog) and the run counts as at least `timeout` seconds."""
     import signal
 
+    import shutil
+
     env = {**os.environ}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
+    # Each run grades from scratch; this checkout refuses to replace a report without --overwrite,
+    # which an earlier commit does not take.
+    shutil.rmtree(cwd / out, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.Popen([sys.executable, "-m", "judgeforge.cli", "eval", "--config", "configs/eval/default.yaml",
@@ -68,6 +73,8 @@ def run(cwd: Path, pythonpath: str | None, out: str, timeout: float | None = Non
 
 
 def prebuild(cwd: Path, pythonpath: str | None) -> None:
+    if (cwd / "runs/demo/data/manifest.json").is_file():  # a build is byte-identical: a rebuild is the same data
+        return
     env = {**os.environ, **({"PYTHONPATH": pythonpath} if pythonpath else {})}
     subprocess.run([sys.executable, "-m", "judgeforge.cli", "data", "build", "--config", "configs/data/default.yaml",
                     "--out", "runs/demo/data"], cwd=cwd, env=env, check=True, capture_output=True)

@@ -69,7 +69,7 @@ def run_set(name: str, max_items: int | None, extra: list[str] = ()) -> None:
     path = ROOT / f"{name}.yaml"
     path.write_text(yaml.safe_dump(set_config(name, max_items), sort_keys=False))
     cost = ROOT / f"{name}.cost.json"
-    timed([*JF, "eval", "--config", str(path), *extra], cost, name)
+    timed([*JF, "eval", "--overwrite", "--config", str(path), *extra], cost, name)  # another judge's report there
     kept.mkdir(parents=True, exist_ok=True)
     for f in KEEP:
         shutil.copy2(ROOT / name / f, kept / f)
@@ -281,7 +281,7 @@ def candidate(args) -> None:
         path = out / f"{args.name}.yaml"
         path.write_text(yaml.safe_dump(candidate_config(args.name, names, args.adapter), sort_keys=False))
         cost = out / f"{args.name}.cost.json"
-        timed([*JF, "eval", "--config", str(path), *(RESUMABLE if args.ray else [])], cost, args.name)
+        timed([*JF, "eval", "--overwrite", "--config", str(path), *(RESUMABLE if args.ray else [])], cost, args.name)
         kept.mkdir(parents=True, exist_ok=True)
         for f in KEEP:
             shutil.copy2(out / args.name / f, kept / f)
@@ -292,8 +292,9 @@ def candidate(args) -> None:
     for set_name in names:
         for judge in ("default-judge", "base"):
             stem = kept / "vs" / f"{set_name}-vs-{judge}"
-            timed([*JF, "eval", "compare", str(RESULTS / set_name), str(kept), "--judges", f"{judge}:{args.name}",
-                   "--out", f"{stem}.md", "--json", f"{stem}.json"], out / f"{args.name}.compare.cost.json",
+            timed([*JF, "eval", "compare", "--overwrite", str(RESULTS / set_name), str(kept), "--judges",
+                   f"{judge}:{args.name}", "--out", f"{stem}.md", "--json", f"{stem}.json"],
+                  out / f"{args.name}.compare.cost.json",
                   f"{set_name}-vs-{judge}")
 
 

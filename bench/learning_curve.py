@@ -178,7 +178,7 @@ def run(args) -> None:
         rdir = train_round(arm_dir, k, size, args.set)
         eval_round(f"{args.arm}-r{k}", rdir / "train", rdir / "eval", rdir / "cost.json", args.eval_set)
         if not (rdir / "compare.json").is_file():
-            timed([*JF, "eval", "compare", str(base / "eval"), str(rdir / "eval"), "--out",
+            timed([*JF, "eval", "compare", "--overwrite", str(base / "eval"), str(rdir / "eval"), "--out",
                    str(rdir / "compare.md"), "--json", str(rdir / "compare.json")], rdir / "cost.json", "compare")
         write_curve(arm_dir)
 
@@ -322,8 +322,8 @@ def _measured_round(rdir: Path, keep: Path, prev: Path | None, continue_from: st
     vs = None
     if prev is not None:
         vs = keep / f"vs-{prev.name}.json"
-        timed([*JF, "eval", "compare", str(prev), str(rdir / "eval"), "--out", str(compare_md), "--json", str(vs)],
-              rdir / "cost.json", "compare")
+        timed([*JF, "eval", "compare", "--overwrite", str(prev), str(rdir / "eval"), "--out", str(compare_md),
+               "--json", str(vs)], rdir / "cost.json", "compare")
     for src, name in ((rdir / "eval" / "predictions.jsonl", "predictions.jsonl"),
                       (rdir / "eval" / "metrics.json", "metrics.json"),
                       (rdir / "train" / "adapter" / "judgeforge.json", "judgeforge.json"),

@@ -7,6 +7,8 @@
 
 Items come from an eval report's predictions (no engine) or from running a judge over the
 held-out split of a data build through the judge core (judge.Judge via eval's `grade_units`).
+`out` must not exist, be empty, or hold an earlier calibration, replaced only with `--overwrite`;
+anything else there is refused, and one calibration writes it at a time (judgeforge.io.claim_dir).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from judgeforge.eval.cascade_inputs import from_records
 from judgeforge.eval.metrics_file import Metrics
 from judgeforge.config import ConfigError, command_parser, dump_config, load_config
 from judgeforge.judge.prompts import DEFAULT_SCALE, Scale
-from judgeforge.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
+from judgeforge.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, claim_dir, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +77,16 @@ def from_engine(cfg: CalibrateConfig) -> tuple[list[dict], Scale, dict]:
     return recs, es.items[0].scale, {"data": cfg.data, "judge": cfg.judge.name, "set": "heldout"}
 
 
-def run_calibrate(cfg: CalibrateConfig) -> dict:
-    """Calibrate and write the output directory; raises CalibrationError when nothing passes."""
+def run_calibrate(cfg: CalibrateConfig, overwrite: bool = False) -> dict:
+    """Calibrate and write the output directory; raises CalibrationError when nothing passes. An
+    earlier calibration at `out` is replaced only with `overwrite` (an unfinished one's journal is
+    resumed); it is locked while this runs."""
+    out = Path(cfg.out)
+    with claim_dir(out, "calibrate", overwrite=overwrite, resume=not (out / "calibration.json").is_file()):
+        return _run_calibrate(cfg)
+
+
+def _run_calibrate(cfg: CalibrateConfig) -> dict:
     recs, scale, source = from_predictions(cfg) if cfg.predictions else from_engine(cfg)
     inp = from_records(recs, scale, k=cfg.n if cfg.predictions else None, confidence=cfg.confidence)
     scored = [i for i, s in enumerate(inp.local) if s is not None]  # the others always escalate
@@ -135,11 +145,14 @@ def plot_risk_coverage(cal: dict, path: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("judgeforge cascade calibrate", "Calibrate a local judge's escalation "
                             "threshold against GPT-4 (Trust or Escalate).")
-    parser.add_argument("--out", help="output directory (overrides `out`)")
+    parser.add_argument("--out", help="output directory (overrides `out`); it must not exist, be empty, or hold an "
+                        "earlier calibration")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the earlier calibration at `out` (never a directory that is not one)")
     args = parser.parse_args(argv)
     cfg = load_config(CalibrateConfig, args.config, args.overrides, extra={"out": args.out})
     try:
-        res = run_calibrate(cfg)
+        res = run_calibrate(cfg, overwrite=args.overwrite)
     except CalibrationError as e:
         log.error("no threshold certified: %s", e)
         return 1

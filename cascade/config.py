@@ -51,7 +51,8 @@ class CalibrateConfig(GuaranteeConfig):
     """vote_prob: the judge's probability of its voted score (the completed distributions averaged
     over samples, Grade.confidence; exists at N=1); agreement: the share of samples voting for it."""
     out: str = "runs/cascade/default"
-    """Output directory: calibration.json, risk_coverage.png, config.yaml."""
+    """Output directory: calibration.json, risk_coverage.png, config.yaml. It must not exist, be empty, or hold
+    an earlier calibration, which only `--overwrite` replaces."""
     plot: bool = True
     """Also draw the risk-coverage curve (matplotlib)."""
 

@@ -27,7 +27,8 @@ from typing import Iterator
 from judgeforge.config import ConfigError, command_parser, load_config, save_resolved
 from judgeforge.data.config import BuildConfig, EvalSetConfig, SourceConfig
 from judgeforge.data.decontam import NgramIndex
-from judgeforge.data.ingest import Pool, default_workers, gc_paused, process, read_span, spooled
+from judgeforge.data.ingest import (Pool, default_workers, gc_paused, process, read_span, reject_quote,
+                                    spooled)
 from judgeforge.data.length import length_guard
 from judgeforge.data.parsers import PARSERS, make_context, prometheus_texts
 from judgeforge.data.readers import Raw, open_source, open_store, resolve_path
@@ -36,7 +37,7 @@ from judgeforge.data.schema import Judgment
 from judgeforge.data.split import models_of, apply_policy, choose_test_models, seeded_fraction, split_records
 from judgeforge.judge.prompts import TEMPLATE_VERSION, Rubric
 from judgeforge.data.validate import DUPLICATE, REASONS, Reject
-from judgeforge.io import atomic_dir, atomic_write_json, dumps_record, sha256_file, sha256_text
+from judgeforge.io import atomic_dir, atomic_write_json, check_out, dumps_record, sha256_file, sha256_text
 
 BUCKETS = ("train", "test", "dropped_by_policy", "dropped_by_split", "decontaminated")
 _order = operator.attrgetter("order")
@@ -169,8 +170,9 @@ def _read_sources(cfg: BuildConfig, pool: Pool, spool: Spool):
                     c.rejected += 1
                     c.by_reason[res.reason] += 1
                     original = raw.text if raw.span is None else read_span(local, raw.span)
-                    rejects.append({"reason": res.reason, "detail": res.detail, "source": name, "line": raw.line,
-                                    "sample_idx": sample_idx, "original": original})
+                    quote = reject_quote(original, res.detail)  # bounded: a 10 MB record is quoted by its head
+                    rejects.append({"reason": res.reason, "detail": quote.pop("detail"), "source": name,
+                                    "line": raw.line, "sample_idx": sample_idx, **quote})
                     continue
                 seen[chash] = f"{name} line {raw.line} sample {sample_idx}"
                 c.kept += 1
@@ -280,17 +282,20 @@ def _models(records: list[Kept]) -> list[str]:
     return sorted({m for k in records for m in models_of(k.j)})
 
 
-def run_build(cfg: BuildConfig, out: str | Path | None = None) -> dict:
-    """Build `cfg` into `out` (default `cfg.out`); returns the manifest (also written as manifest.json)."""
+def run_build(cfg: BuildConfig, out: str | Path | None = None, overwrite: bool = False) -> dict:
+    """Build `cfg` into `out` (default `cfg.out`); returns the manifest (also written as manifest.json).
+    An existing `out` must be an earlier build, and is replaced only with `overwrite` (io.check_out):
+    checked before the inputs are read, so a refused build fails at once and touches nothing."""
     if not cfg.sources:
         raise ConfigError("no sources: set `sources` in the config or pass --input FORMAT:PATH")
     out = Path(out if out is not None else cfg.out)
+    check_out(out, "data", overwrite=overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     # Beside the output: the spool (over half the output's size) goes on the file system that must hold it.
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.spool-") as tmp, gc_paused():
         spool = Spool(tmp)
         try:
-            return _build(cfg, out, spool)
+            return _build(cfg, out, spool, overwrite)
         finally:
             spool.close()
 
@@ -341,7 +346,7 @@ def check_test_models(cfg: BuildConfig, kept: list[Kept]) -> None:
                       f"{_describe_inputs(cfg)}; response models present: {shown}")
 
 
-def _build(cfg: BuildConfig, out: Path, spool: Spool) -> dict:
+def _build(cfg: BuildConfig, out: Path, spool: Spool, overwrite: bool = False) -> dict:
     warnings = [w for src in cfg.sources for w in src.column_warnings()]
     for w in warnings:
         log.warning("%s", w)
@@ -370,7 +375,7 @@ def _build(cfg: BuildConfig, out: Path, spool: Spool) -> dict:
     check_written(cfg, buckets)
 
     manifest = _manifest(cfg, inputs, counts, buckets, test_models, decon_info, warnings)
-    _write(cfg, out, spool, buckets, rejects, manifest)
+    _write(cfg, out, spool, buckets, rejects, manifest, overwrite)
     return manifest
 
 
@@ -426,14 +431,15 @@ def _manifest(cfg, inputs, counts: dict[str, SourceCounts], buckets, test_models
     }
 
 
-def _write(cfg: BuildConfig, out: Path, spool: Spool, buckets, rejects: list[dict], manifest: dict) -> None:
+def _write(cfg: BuildConfig, out: Path, spool: Spool, buckets, rejects: list[dict], manifest: dict,
+           overwrite: bool = False) -> None:
     written = buckets["train"] + buckets["test"]
     rubric_keys = _key_union(r.to_dict() for r in {id(k.j.rubric): k.j.rubric for k in written}.values())
     extra_keys = _key_union(k.j.extra for k in written)
     dropped = [{"bucket": b, "id": k.chash[:16], "source": k.j.source, "item_id": k.j.item_id,
                 "sample_idx": k.j.sample_idx, "response_model": k.j.response_model}
                for b in ("dropped_by_policy", "dropped_by_split", "decontaminated") for k in buckets[b]]
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, "data", overwrite=overwrite) as tmp:
         for name in ("train", "test"):
             with open(tmp / f"{name}.jsonl", "wb", buffering=1 << 20) as f:  # few, large writes
                 f.writelines(encode_lines(buckets[name], spool, rubric_keys, extra_keys))
@@ -472,13 +478,16 @@ def main(argv: list[str]) -> int:
     parser = command_parser("judgeforge data build", "Build validated, leak-free SFT records from judgment logs.")
     parser.add_argument("--input", "-i", action="append", metavar="FORMAT:PATH",
                         help="input replacing the config's sources (repeatable); FORMAT: " + ", ".join(PARSERS))
-    parser.add_argument("--out", "-o", help="output directory (overrides `out`)")
+    parser.add_argument("--out", "-o", help="output directory (overrides `out`); it must not exist, be empty, or "
+                        "hold an earlier data build")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the earlier data build at `out` (never a directory that is not one)")
     args = parser.parse_args(argv)
     extra = {"out": args.out}
     if args.input:
         extra["sources"] = [parse_input(s) for s in args.input]
     cfg = load_config(BuildConfig, args.config, args.overrides, extra=extra)
-    manifest = run_build(cfg)
+    manifest = run_build(cfg, overwrite=args.overwrite)
 
     from rich.console import Console
 

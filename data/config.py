@@ -163,7 +163,9 @@ class BuildConfig(Config):
     sources: list[SourceConfig] = []
     """Inputs; `--input FORMAT:PATH` on the command line replaces them."""
     out: str = "runs/data/default"
-    """Output directory (written atomically: train/test/rejects.jsonl, manifest.json, config.yaml)."""
+    """Output directory (written atomically: train/test/rejects.jsonl, manifest.json, config.yaml). It must not
+    exist, be empty, or hold an earlier data build, which only `--overwrite` replaces; anything else there is
+    refused untouched."""
     sample_policy: Literal["all", "majority", "consistent", "distribution"] = "all"
     """Several judgments of one item: all (one record each), majority (one record with the strict
     majority score, else drop the item), consistent (keep the item only if scores agree within 1),

@@ -14,14 +14,16 @@ import contextlib
 import copyreg
 import dataclasses
 import gc
+import hashlib
 import multiprocessing
 import operator
 import os
+import re
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
-from judgeforge.data.jsontext import BOM
+from judgeforge.data.jsontext import BOM, decode_utf8
 from judgeforge.data.length import length_guard
 from judgeforge.data.pairwise import PairJudgment
 from judgeforge.data.parsers import PARSERS, Context
@@ -100,8 +102,38 @@ def _chunk_job(job: tuple[str, int, int, str, Context, str]) -> tuple[int, list]
 def read_span(path: Path, span: tuple[int, int]) -> str:
     with open(path, "rb") as f:
         f.seek(span[0])
-        text = f.read(span[1] - span[0]).decode("utf-8", errors="replace").rstrip("\r\n")
+        text = decode_utf8(f.read(span[1] - span[0]))[0].rstrip("\r\n")
     return text.removeprefix(BOM)  # as line_raw read it
+
+
+ORIGINAL_MAX_BYTES = 16 << 10
+"""rejects.jsonl quotes a rejected record whole up to this size; a larger one (a 10 MB response) by
+its first ORIGINAL_MAX_BYTES, its size and its sha256, so rejects.jsonl stays small."""
+DETAIL_MAX_CHARS = 1000  # a detail may quote a field (a score given as a 10 MB string)
+# Surrogates that surrogateescape did not make: the readers show none (poisoned values are shown escaped),
+# but quoting a reject must never fail.
+_OTHER_SURROGATE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
+def reject_quote(text: str, detail: str) -> dict:
+    """A reject's `detail` and `original` as rejects.jsonl holds them: the record as read, or, when it is
+    larger than ORIGINAL_MAX_BYTES or not UTF-8, its first bytes (not-UTF-8 bytes shown as \\xNN) with
+    `original_bytes` and `original_sha256`, the size and sha256 of the whole quote's bytes (a JSON Lines
+    line: its bytes as read, without the newline)."""
+    if len(detail) > DETAIL_MAX_CHARS:
+        detail = detail[:DETAIL_MAX_CHARS] + "..."
+    detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
+    try:
+        data = text.encode("utf-8")
+        if len(data) <= ORIGINAL_MAX_BYTES:
+            return {"detail": detail, "original": text}
+    except UnicodeEncodeError:  # not-UTF-8 bytes, held as surrogateescape decodes them (readers.Raw.text)
+        data = text.encode("utf-8", "backslashreplace" if _OTHER_SURROGATE.search(text) else "surrogateescape")
+    cut = min(len(data), ORIGINAL_MAX_BYTES)
+    while 0 < cut < len(data) and data[cut] & 0xC0 == 0x80:  # not inside a character
+        cut -= 1
+    return {"detail": detail, "original": data[:cut].decode("utf-8", "backslashreplace"),
+            "original_bytes": len(data), "original_sha256": hashlib.sha256(data).hexdigest()}
 
 
 def plan_chunks(path: Path, chunk_bytes: int | None = None) -> list[tuple[int, int]]:

@@ -7,8 +7,11 @@ here and in the evaluation-set loaders (eval/sets.py uses `read_objects`).
 Every record comes with its original text and position, so a rejected record is
 written to rejects.jsonl exactly as it was read. A line that is not JSON is not
 an error here: it is a record with `obj=None` that the builder rejects as
-`unreadable_line`. A file that is no JSON at all (neither one document nor
-lines) is an error (`UnreadableFile`) naming the line and column where it fails.
+`unreadable_line`; so is a record no output line can hold (data/jsontext.py:
+bytes that are not UTF-8, a number too large, nesting too deep, a lone
+surrogate), with its own reason, whichever reader read it. A file that is no
+JSON at all (neither one document nor lines) is an error (`UnreadableFile`)
+naming the line and column where it fails.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from judgeforge.config import PACKAGE_ROOT, ConfigError, shipped_path
-from judgeforge.data.jsontext import (BOM, BOM_BYTES, DuplicateKey, Repeated, as_written, decode_document,
-                                      decode_line, repeated_key)
+from judgeforge.data.jsontext import (BOM, BOM_BYTES, DuplicateKey, Poisoned, Repeated, as_written, check, checker,
+                                      decode_document, decode_line, decode_utf8, document_members, invalid_utf8,
+                                      repeated_key)
 from judgeforge.data.store import JudgmentStore, StoreError
-from judgeforge.data.validate import DUPLICATE_KEY
+from judgeforge.data.validate import DUPLICATE_KEY, INVALID_UTF8
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +37,8 @@ class Raw:
     line: int
     """1-based line number (JSONL) or element number (JSON list, Parquet, HF rows)."""
     text: str
-    """The original line, or the element re-serialised for JSON lists and tables."""
+    """The original line, or the element re-serialised for JSON lists and tables. Bytes that are not UTF-8
+    are in it as surrogateescape decodes them (U+DC80-U+DCFF), so that it encodes back to them."""
     obj: Any = None
     """The parsed object (None when unreadable)."""
     error: str | None = None
@@ -59,6 +64,23 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, default=str)
 
 
+def _shown(obj: Any) -> str:
+    """A poisoned value as rejects.jsonl can show it: lone surrogates escaped (`\\ud800`), as JSON writes them."""
+    try:
+        return json.dumps(obj, default=str)
+    except (RecursionError, ValueError):  # past MAX_DEPTH: checked before any walk that recurses
+        return f"<{type(obj).__name__} nested too deep to show>"
+
+
+def _decoded_raw(n: int, obj: Any) -> Raw:
+    """A record a reader decoded itself (a table or store row): rejected when no output line can hold it."""
+    try:
+        check(obj)
+    except Poisoned as e:
+        return Raw(n, _shown(obj), None, e.detail, reason=e.reason)
+    return Raw(n, _dumps(obj), obj)
+
+
 def _as_record(obj: Any) -> tuple[Any, str | None]:
     return (obj, None) if isinstance(obj, dict) else (None, f"not a JSON object ({type(obj).__name__})")
 
@@ -66,13 +88,18 @@ def _as_record(obj: Any) -> tuple[Any, str | None]:
 def line_raw(n: int, line: bytes) -> Raw | None:
     """A JSONL line (split on \\n only, as the parallel reader splits) -> Raw; None for a blank line."""
     # A BOM opens files saved by some Windows tools (and each file of a `cat` of them): no JSON text.
-    text = line.decode("utf-8", errors="replace").rstrip("\r\n").removeprefix(BOM)
+    text, bad_bytes = decode_utf8(line)
+    text = text.rstrip("\r\n").removeprefix(BOM)
     if not text.strip():
         return None  # blank lines are not records
+    if bad_bytes is not None:
+        return Raw(n, text, None, invalid_utf8(line, bad_bytes).detail, reason=INVALID_UTF8)
     try:
         obj, err = _as_record(decode_line(text))
     except DuplicateKey as e:
         return Raw(n, text, None, str(e), reason=DUPLICATE_KEY)
+    except Poisoned as e:
+        return Raw(n, text, None, e.detail, reason=e.reason)
     except json.JSONDecodeError as e:
         # The line number is the caller's (a worker only knows its chunk-local one); the column is ours.
         obj, err = None, f"bad JSON at column {e.colno}: {e.msg}"
@@ -97,8 +124,11 @@ PARQUET_MAGIC = b"PAR1"
 
 
 def _loads(line: bytes):
-    """The line's JSON value, or raise JSONDecodeError."""
-    return json.loads(line.decode("utf-8", errors="replace"))
+    """The line's JSON value, or raise ValueError (a poisoned line's too: sniffing only needs its shape)."""
+    try:
+        return json.loads(decode_utf8(line)[0])
+    except RecursionError:
+        raise ValueError("nested too deep") from None
 
 
 def _parses_as_object(line: bytes) -> bool:
@@ -140,33 +170,82 @@ def sniff_format(path: Path) -> str:
         return "json" if isinstance(value, list) or _is_keyed(value) else "jsonl"
 
 
-def _load_document(path: Path) -> tuple[Any, bool]:
-    """(the document, whether any object in it repeats a key); utf-8-sig drops a leading BOM."""
+Member = tuple["str | None", Any, "str | None"]
+"""A member of a JSON document: (key, or None in a list; its value, or its Poisoned error; its text as
+written, or None when the document was decoded whole)."""
+
+
+def _load_document(path: Path) -> tuple[str, list[Member], bool, str]:
+    """('list' or 'object', its members, whether any object in it repeats a key, the document's text).
+    Decoded whole (fast) unless a member is poisoned or not UTF-8; then member by member, so that only
+    that member is rejected."""
+    text, bad_bytes = decode_utf8(path.read_bytes())
+    text = text.removeprefix(BOM)
     try:
-        with open(path, encoding="utf-8-sig", errors="replace") as f:
-            return decode_document(f.read())
+        whole = _decode_whole(path, text) if bad_bytes is None else None
+        return (*(whole or document_members(text)), text)
     except json.JSONDecodeError as e:
         # Reached only when the first line is no JSON value on its own, so JSON Lines is ruled out too.
         raise UnreadableFile(f"{path} is neither JSON Lines (its first line is not JSON) nor one JSON document: "
                              f"it fails at line {e.lineno} column {e.colno} ({e.msg})") from None
 
 
+def _decode_whole(path: Path, text: str) -> tuple[str, list[Member], bool] | None:
+    """The document decoded whole; None when a member is poisoned."""
+    try:
+        data, repeated = decode_document(text)
+    except Poisoned:
+        return None
+    if isinstance(data, list):
+        members = [(None, value, None) for value in data]
+    elif isinstance(data, dict):
+        members = [(key, value, None) for key, value in (data.pairs if isinstance(data, Repeated) else data.items())]
+    else:
+        raise UnreadableFile(f"{path}: expected a JSON list or object, got {type(data).__name__}")
+    check_member = checker(text)
+    try:
+        for key, value, _ in members:
+            check_member(value)
+            check_member(key)
+    except Poisoned:
+        return None
+    return ("list" if isinstance(data, list) else "object"), members, repeated
+
+
+def _is_keyed_members(members: list[Member]) -> bool:
+    """The BiGGen layout (`_is_keyed`), told also when a member is poisoned: by how its text opens."""
+    return bool(members) and all(isinstance(v, dict) or (isinstance(v, Poisoned) and text.startswith("{"))
+                                 for _, v, text in members)
+
+
 def iter_json(path: Path) -> Iterator[Raw]:
     """A JSON list, or a dict keyed by id (BiGGen layout). Raises UnreadableFile when it is not one document."""
-    data, repeated = _load_document(path)
-    if _is_keyed(data):
-        yield from _keyed_records(data, repeated)
-        return
-    if isinstance(data, dict):
-        data = [data]  # a single record, pretty-printed
-    elif not isinstance(data, list):
-        raise UnreadableFile(f"{path}: expected a JSON list or object, got {type(data).__name__}")
-    for n, obj in enumerate(data, 1):
-        yield _element_raw(n, obj, repeated)
+    kind, members, repeated, text = _load_document(path)
+    if kind == "object" and _is_keyed_members(members):
+        yield from _keyed_records(members, repeated)
+    elif kind == "object":  # a single record, pretty-printed: one poisoned field poisons it whole
+        poison = next((v for _, v, _ in members if isinstance(v, Poisoned)), None)
+        yield (Raw(1, text, None, poison.detail, reason=poison.reason) if poison
+               else _element_raw(1, _record([(k, v) for k, v, _ in members]), repeated))
+    else:
+        for n, (_, obj, written) in enumerate(members, 1):
+            yield _element_raw(n, obj, repeated, written)
 
 
-def _element_raw(n: int, obj, repeated: bool) -> Raw:
-    """One record of a document; rejected as duplicate_key when an object in it repeats a key."""
+def _record(pairs: list) -> dict:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    marked = Repeated(obj)
+    marked.pairs = pairs
+    return marked
+
+
+def _element_raw(n: int, obj, repeated: bool, written: str | None = None) -> Raw:
+    """One record of a document; rejected with its own reason when poisoned (shown as written), as
+    duplicate_key when an object in it repeats a key."""
+    if isinstance(obj, Poisoned):
+        return Raw(n, written, None, obj.detail, reason=obj.reason)
     key = repeated_key(obj) if repeated else None  # the walk only when the document holds a repeat
     if key is not None:
         return Raw(n, as_written(obj), None, str(DuplicateKey(key)), reason=DUPLICATE_KEY)
@@ -174,29 +253,57 @@ def _element_raw(n: int, obj, repeated: bool) -> Raw:
     return Raw(n, _dumps(obj), rec, err)
 
 
-def _keyed_records(data: dict, repeated: bool) -> Iterator[Raw]:
+def _keyed_records(members: list[Member], repeated: bool) -> Iterator[Raw]:
     """Records keyed by id (BiGGen): a repeated id would have kept only its last record; every record
     is read, and one whose id an earlier record has is a duplicate_key reject."""
     first: dict[str, int] = {}
-    for n, (key, value) in enumerate(data.pairs if isinstance(data, Repeated) else data.items(), 1):
-        if key in first:
+    for n, (key, value, written) in enumerate(members, 1):
+        if key in first and not isinstance(value, Poisoned):
             yield Raw(n, as_written(value), None, f"record id {key!r} repeats record {first[key]}",
                       reason=DUPLICATE_KEY)
             continue
-        first[key] = n
+        first.setdefault(key, n)
         if isinstance(value, dict) and "id" not in value and not (repeated and repeated_key(value)):
             value = {"id": key, **value}
-        yield _element_raw(n, value, repeated)
+        yield _element_raw(n, value, repeated, written)
 
 
 def iter_parquet(path: Path) -> Iterator[Raw]:
     import pyarrow.parquet as pq
 
+    return _arrow_rows(pq.ParquetFile(path).iter_batches())
+
+
+def _arrow_rows(batches) -> Iterator[Raw]:
+    """The rows of Arrow record batches (or tables). Arrow does not check that strings are UTF-8 (a
+    Parquet writer may store any bytes): a batch that cannot be converted is converted row by row, and
+    each row that holds such a string is rejected as invalid_utf8."""
     n = 0
-    for batch in pq.ParquetFile(path).iter_batches():
-        for row in batch.to_pylist():
+    for batch in batches:
+        try:
+            rows = batch.to_pylist()
+        except UnicodeDecodeError:
+            rows = None
+        for i in range(batch.num_rows):
             n += 1
-            yield Raw(n, _dumps(row), row)
+            yield _decoded_raw(n, rows[i]) if rows is not None else _arrow_row(n, batch.slice(i, 1))
+
+
+def _arrow_row(n: int, row) -> Raw:
+    """One row of a batch that holds a string that is not UTF-8."""
+    try:
+        return _decoded_raw(n, row.to_pylist()[0])
+    except UnicodeDecodeError as e:
+        shown = {}
+        for name, column in zip(row.schema.names, row.columns):
+            try:
+                shown[name] = column.to_pylist()[0]
+            except UnicodeDecodeError:  # its bytes, as surrogateescape gives them back to rejects.jsonl
+                shown[name] = column.cast("binary").to_pylist()[0] if column.type in ("string", "large_string") \
+                    else "<not UTF-8>"
+        text = _dumps({k: v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v
+                       for k, v in shown.items()})
+        return Raw(n, text, None, f"invalid UTF-8 in a string ({e.reason})", reason=INVALID_UTF8)
 
 
 def iter_hub(path: str, split: str | None, config: str | None) -> Iterator[Raw]:
@@ -209,9 +316,10 @@ def iter_hub(path: str, split: str | None, config: str | None) -> Iterator[Raw]:
     splits = [ds] if split else [ds[name] for name in sorted(ds)]
     n = 0
     for part in splits:
-        for row in part:
+        for raw in _arrow_rows(part.with_format("arrow").iter(batch_size=1000)):  # rows as Arrow gives them
             n += 1
-            yield Raw(n, _dumps(row), row)
+            raw.line = n
+            yield raw
 
 
 def iter_file(path: Path, kind: str | None = None) -> Iterator[Raw]:
@@ -276,8 +384,7 @@ def _store_rows(store, since_seq: int, upto: int) -> Iterator[Raw]:
     with store:
         try:
             for row in store.iter_teacher(since_seq, upto):
-                obj = row.to_dict()
-                yield Raw(row.seq, _dumps(obj), obj)
+                yield _decoded_raw(row.seq, row.to_dict())
             store.check_unchanged()  # read without locks (no -wal): no writer may have touched it meanwhile
         except StoreError as e:  # damage found mid-read: one line naming the store, not a traceback
             raise ConfigError(str(e)) from None

@@ -17,6 +17,13 @@ from judgeforge.judge.parsing import (TAIL, feedback_mismatch, may_close_with_sc
 UNREADABLE_LINE = "unreadable_line"
 # A JSON object that names one key twice: json keeps the last value silently, so the record is ambiguous.
 DUPLICATE_KEY = "duplicate_key"
+# A record no output line can hold, found as it is read (data/jsontext.py): bytes that are not UTF-8
+# (replacing them would alter the record silently), an integer beyond 64 bits or a number past a float's
+# range, nesting deeper than jsontext.MAX_DEPTH, a string holding a lone surrogate (UTF-8 cannot encode it).
+INVALID_UTF8 = "invalid_utf8"
+NUMBER_TOO_LARGE = "number_too_large"
+NESTING_TOO_DEEP = "nesting_too_deep"
+LONE_SURROGATE = "lone_surrogate"
 MISSING_FIELD = "missing_field"
 UNPARSEABLE_PROMPT = "unparseable_prompt"
 # A judgment the builder cannot turn into a record (a relative A/B verdict from the judgment store).
@@ -36,7 +43,8 @@ PAIR_INCONSISTENT = "pair_inconsistent"
 # A source rescaled to another scale (`rescale`) whose rubric describes each level of its own scale:
 # the descriptions cannot be carried over, and a prompt that mixes both scales would mislead the judge.
 RESCALE_RUBRIC_LEVELS = "rescale_rubric_levels"
-REASONS = (UNREADABLE_LINE, DUPLICATE_KEY, MISSING_FIELD, UNPARSEABLE_PROMPT, UNSUPPORTED_MODE, UPSTREAM_PARSE_FAILURE,
+REASONS = (UNREADABLE_LINE, INVALID_UTF8, NUMBER_TOO_LARGE, NESTING_TOO_DEEP, LONE_SURROGATE, DUPLICATE_KEY,
+           MISSING_FIELD, UNPARSEABLE_PROMPT, UNSUPPORTED_MODE, UPSTREAM_PARSE_FAILURE,
            NON_INTEGER_SCORE, SCORE_OUT_OF_SCALE, EMPTY_RESPONSE, EMPTY_FEEDBACK, SCORE_FEEDBACK_MISMATCH,
            TOO_LONG, TIE, PAIR_INCONSISTENT, RESCALE_RUBRIC_LEVELS, DUPLICATE)
 

@@ -7,11 +7,15 @@ multi-judge report against a candidate graded on its own). For absolute sets
 and pairwise sets graded absolutely whose predictions cover the same items, the
 difference also gets a paired bootstrap interval (B minus A: Pearson, or pairwise
 accuracy); otherwise only the two values and their difference.
+
+`--out` / `--json` write only where nothing is, or replace an earlier comparison with `--overwrite`;
+any other file there is refused untouched, before any work.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from judgeforge.config import ConfigError
@@ -19,7 +23,10 @@ from judgeforge.judge.prompts import Scale
 from judgeforge.eval.html import compare_html
 from judgeforge.eval.metrics_file import Metrics
 from judgeforge.eval.report import _aligned, _f, _label, _table, paired_on_set, shorter_preferred
-from judgeforge.io import atomic_write_json, atomic_write_text, read_jsonl
+from judgeforge.io import atomic_write_json, atomic_write_text, check_file_out, read_jsonl
+
+TITLE = "# Comparison: "
+"""How a comparison table starts: what tells an earlier one (replaceable with --overwrite) from another file."""
 
 
 def _load(d: str | Path) -> tuple[Metrics, list[dict] | None]:
@@ -108,7 +115,7 @@ def format_rows(dir_a: str | Path, dir_b: str | Path, found: list[dict]) -> str:
                      f"{_f(short['diff'])} [{_f(short['lo'])}, {_f(short['hi'])}] (n {short['n']})" if short else ""])
     head = ["set", "judges (A → B)", "variant", "metric", "A", "B", "B − A", "paired 95% CI", "significant",
             "no-score rate A → B", "B − A where the reference prefers the shorter [paired 95% CI]"]
-    title = [f"# Comparison: `{dir_a}` (A) vs `{dir_b}` (B)", "",
+    title = [f"{TITLE}`{dir_a}` (A) vs `{dir_b}` (B)", "",
              "Paired CI: bootstrap over the items both reports graded (absolute sets and pairwise sets graded "
              "absolutely, with predictions).", ""]
     if not rows:
@@ -129,6 +136,23 @@ def html_path(out: str | Path) -> Path:
     return out.with_name(out.name + ".html") if out.suffix == ".html" else out.with_suffix(".html")
 
 
+def check_outputs(out: str | None, json_out: str | None, overwrite: bool = False) -> None:
+    """Before any work: --out, its .html page and --json may replace only an earlier comparison
+    (its title, the judgeforge page, a JSON list of rows), and that only with `overwrite`."""
+    if out:
+        check_file_out(out, "a comparison table", lambda p: p.read_text(encoding="utf-8").startswith(TITLE),
+                       overwrite=overwrite)
+        check_file_out(html_path(out), "a comparison page", _judgeforge_page, overwrite=overwrite)
+    if json_out:
+        check_file_out(json_out, "comparison rows (JSON)",
+                       lambda p: isinstance(json.loads(p.read_text(encoding="utf-8")), list), overwrite=overwrite)
+
+
+def _judgeforge_page(path: Path) -> bool:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return '<meta name="generator" content="judgeforge">' in f.read(4096)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="judgeforge eval compare", description=__doc__.split("\n")[0])
     p.add_argument("a", help="report directory A (e.g. the base judge)")
@@ -140,7 +164,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="compare judge A of report A with judge B of report B (default: matched by name)")
     p.add_argument("--n-boot", type=int, default=1000)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier comparison at --out / --json (never another file)")
     args = p.parse_args(argv)
+    check_outputs(args.out, args.json, overwrite=args.overwrite)
     found = compare_rows(args.a, args.b, n_boot=args.n_boot, seed=args.seed, judges=args.judges)  # bootstrapped once
     text = format_rows(args.a, args.b, found)
     if args.out:

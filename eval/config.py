@@ -228,7 +228,9 @@ class EvalConfig(Config):
     """`judgeforge eval`: judges x sets -> report.md, metrics.json, plots, predictions."""
 
     out: str = "runs/eval/default"
-    """Report directory (written atomically)."""
+    """Report directory (written atomically). It must not exist, be empty, or hold an earlier report, which only
+    `--overwrite` replaces (an unfinished run's journal is resumed); anything else there is refused untouched.
+    One `judgeforge eval` at a time writes it (a second one on the same directory stops at once)."""
     judges: list[JudgeConfig] = [JudgeConfig(name="base")]
     """Judges to evaluate, each graded on every set."""
     sets: list[SetConfig] = []

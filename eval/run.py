@@ -9,7 +9,9 @@
     config.yaml        the resolved config
     wandb/             with `tracking.wandb`: the wandb run (offline unless WANDB_API_KEY is set)
 
-The directory is written atomically: a failed run leaves no half report. With `runtime: {kind: ray}`
+The directory is written atomically: a failed run leaves no half report. An earlier report there is
+replaced only with `--overwrite`, anything else there is refused (judgeforge.io.check_out), and one
+eval writes it at a time (judgeforge.io.run_lock). With `runtime: {kind: ray}`
 the judges grade on Ray replicas (judgeforge.scale) and each finished batch's records are appended
 to journal.jsonl in the out dir: a killed run, rerun, grades only the units missing there.
 """
@@ -32,7 +34,7 @@ from judgeforge.eval.judges import (JOURNAL, PROBE, add_lengths, build_units, gr
                                      merged_model_dir)
 from judgeforge.eval.metrics_file import SCORE_ONLY, Metrics
 from judgeforge.eval.report import compute_metrics, render_markdown
-from judgeforge.io import atomic_dir, atomic_write_json, atomic_write_text, read_jsonl, write_jsonl
+from judgeforge.io import atomic_dir, atomic_write_json, atomic_write_text, claim_dir, read_jsonl, write_jsonl
 from judgeforge.redact import redact_url
 
 log = logging.getLogger(__name__)
@@ -109,8 +111,19 @@ def set_summaries(cfg: EvalConfig, sets: list[S.EvalSet]) -> list[dict]:
     return out
 
 
-def run_eval(cfg: EvalConfig, command: str = "") -> dict:
-    """Run every judge over every set and write the report directory; returns the metrics."""
+def run_eval(cfg: EvalConfig, command: str = "", overwrite: bool = False) -> dict:
+    """Run every judge over every set and write the report directory; returns the metrics.
+
+    `out` is checked first (io.check_out): an earlier report there is replaced only with `overwrite`,
+    an unfinished run's journal is resumed, anything else is refused. It is locked for the whole run:
+    a second eval on it stops at once."""
+    out = Path(cfg.out)
+    finished = (out / "metrics.json").is_file()
+    with claim_dir(out, "eval", overwrite=overwrite, resume=not finished):
+        return _run_eval(cfg, command)
+
+
+def _run_eval(cfg: EvalConfig, command: str) -> dict:
     sets, skipped = load_sets(cfg)
     if not sets:
         raise ConfigError("no evaluation set could be loaded: " + "; ".join(s["reason"] for s in skipped))
@@ -134,7 +147,8 @@ def run_eval(cfg: EvalConfig, command: str = "") -> dict:
                               n_boot=cfg.bootstrap.n_resamples, level=cfg.bootstrap.level,
                               seed=cfg.bootstrap.seed, meta=meta, skipped=skipped,
                               cascade=cfg.cascade.model_dump())
-    write_report(cfg.out, metrics, preds, config_text=dump_config(cfg), plots=cfg.plots)
+    # run_eval checked `out` and holds it: what is there now is this run's (or the report it may replace).
+    write_report(cfg.out, metrics, preds, config_text=dump_config(cfg), plots=cfg.plots, overwrite=True)
     if cfg.tracking.wandb:
         from judgeforge.eval.tracking import log_report  # wandb is heavy: only when asked for
 
@@ -143,11 +157,12 @@ def run_eval(cfg: EvalConfig, command: str = "") -> dict:
 
 
 def write_report(out: str | Path, metrics: dict, preds: list[dict], *, config_text: str | None,
-                 plots: bool = True) -> Path:
+                 plots: bool = True, overwrite: bool = False) -> Path:
     """report.md, metrics.json, predictions.jsonl, plots/, report.html, config.yaml, all or nothing. A
-    `wandb/` directory already there (earlier tracked runs) is carried over."""
+    `wandb/` directory already there (earlier tracked runs) is carried over. An earlier report at
+    `out` is replaced only with `overwrite`."""
     out = Path(out)
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, "eval", overwrite=overwrite) as tmp:
         atomic_write_json(tmp / "metrics.json", metrics)
         written = Metrics.load(tmp).data  # the reports show what metrics.json holds, JSON round trip included
         atomic_write_text(tmp / "report.md", render_markdown(written))
@@ -166,8 +181,14 @@ def write_report(out: str | Path, metrics: dict, preds: list[dict], *, config_te
 
 
 def recompute(report_dir: str | Path, plots: bool = True) -> dict:
-    """Recompute metrics.json, report.md and plots of a report dir from its predictions.jsonl."""
+    """Recompute metrics.json, report.md and plots of a report dir from its predictions.jsonl, in
+    place (under its run lock)."""
     d = Path(report_dir)
+    with claim_dir(d, "eval", resume=True):
+        return _recompute(d, plots)
+
+
+def _recompute(d: Path, plots: bool) -> dict:
     old = Metrics.load(d).data
     preds = read_jsonl(d / "predictions.jsonl")
     meta, boot = old["meta"], old["meta"]["bootstrap"]
@@ -180,13 +201,16 @@ def recompute(report_dir: str | Path, plots: bool = True) -> dict:
                               skipped=old.get("skipped"), cascade=meta.get("cascade"))
     cfg_file = d / "config.yaml"
     write_report(d, metrics, preds, config_text=cfg_file.read_text() if cfg_file.is_file() else None,
-                 plots=plots)
+                 plots=plots, overwrite=True)
     return metrics
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("judgeforge eval", "Evaluate judges against GPT-4 and human labels.")
-    parser.add_argument("--out", help="report directory (overrides `out`)")
+    parser.add_argument("--out", help="report directory (overrides `out`); it must not exist, be empty, or hold an "
+                        "earlier report")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the earlier report at `out` (never a directory that is not one)")
     parser.add_argument("--recompute", metavar="DIR", help="recompute an existing report from its predictions")
     args = parser.parse_args(argv)
     if args.recompute:
@@ -195,6 +219,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cfg = load_config(EvalConfig, args.config, args.overrides, extra={"out": args.out})
     command = "judgeforge eval " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    run_eval(cfg, command=command)
+    run_eval(cfg, command=command, overwrite=args.overwrite)
     print(Path(cfg.out) / "report.md")
     return 0

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from judgeforge.io import atomic_dir, atomic_write_json
+from judgeforge.io import atomic_dir, atomic_write_json, check_out
 from judgeforge.judge.adapters import META_FILE, check_template_version, read_meta
 from judgeforge.models import (DEFAULT_JUDGE, DEFAULT_MODEL, EMBEDDED_BASES, SHIPPED_ADAPTER,
                                default_judge_dir, embedded_base, ensure_default_model, ensure_model)
@@ -49,11 +49,16 @@ def adapter_base(adapter: Path) -> str:
         json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
 
 
-def merge_adapter(adapter: Path, out: Path, base: str | None = None, dtype: str = "float32",
-                  extra: Callable[[Path], object] | None = None) -> Path:
+def merge_adapter(adapter: Path, out: Path, base: str | None = None, dtype: str = "auto",
+                  extra: Callable[[Path], object] | None = None, *, overwrite: bool = False,
+                  kind: str | None = "model") -> Path:
     """Fold the LoRA adapter dir `adapter` into `base` (default: `adapter_base`) and publish a plain
     model dir at `out` atomically: the merged weights, the adapter's tokenizer (the base's when the
-    adapter saved none) and its judgeforge.json plus `merged_from`. `extra(staging)` adds files."""
+    adapter saved none) and its judgeforge.json plus `merged_from`. `extra(staging)` adds files.
+    An earlier merged model at `out` is replaced only with `overwrite` (checked before the merge);
+    `kind` None: `out` is the model cache's own, replaced whatever it holds."""
+    if kind is not None:  # before the heavy imports: a refused --out fails at once
+        check_out(out, kind, overwrite=overwrite)
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -61,9 +66,11 @@ def merge_adapter(adapter: Path, out: Path, base: str | None = None, dtype: str 
     meta = read_meta(adapter)
     base = base or adapter_base(adapter)
     log.info("merging %s into %s (%s) -> %s", adapter, base, dtype, out)
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(base), dtype=getattr(torch, dtype))
+    # `auto`: the base's own dtype (config.json), so a bf16 8x7B merges in ~93 GB of host memory, not 190
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(base),
+                                                 dtype="auto" if dtype == "auto" else getattr(torch, dtype))
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kind, overwrite=overwrite) as tmp:
         merged.save_pretrained(tmp)
         tokenizer_dir = adapter if (adapter / "tokenizer_config.json").is_file() else resolve_model(base)
         AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(tmp)
@@ -81,7 +88,7 @@ def ensure_default_judge(force: bool = False) -> Path:
     ensure_default_model()
     check_template_version(SHIPPED_ADAPTER, required=False)
     log.info("merging the shipped default-judge adapter into %s -> %s", DEFAULT_MODEL, final)
-    return merge_adapter(SHIPPED_ADAPTER, final, base=DEFAULT_MODEL)
+    return merge_adapter(SHIPPED_ADAPTER, final, base=DEFAULT_MODEL, kind=None)  # the cache's own directory
 
 
 def main(argv: list[str] | None = None) -> int:

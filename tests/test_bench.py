@@ -497,3 +497,30 @@ def test_paired_length_reads_the_committed_predictions_and_pairs_the_same_items(
     flipped = {k: (-e, n, ref) for k, (e, n, ref) in r5.items()}  # a judge that reads every score backwards
     res = pl.paired(r5, flipped, n_boot=200)
     assert res["length_r"]["b"] == -res["length_r"]["a"] and res["length_r"]["ci"][1] < 0
+
+
+def test_tiny_mixtral_zero3_trains_the_recipe_with_only_the_run_changed(monkeypatch):
+    """bench/gpu/tiny_mixtral_zero3.py (for a lent GPU) overrides the 8x7B recipe's model, data, steps and
+    process count only; its --dry mode, for the CPU, also the precision and the LoRA's size."""
+    monkeypatch.syspath_prepend(str(REPO / "bench" / "gpu"))
+    script = importlib.import_module("tiny_mixtral_zero3")
+    assert script.RECIPE == REPO / "configs/train/prometheus-bgb-8x7b.yaml"
+    o = script.overrides(Path("m"), Path("d"), Path("o"), 12, 6, dry=False)
+    assert "num_gpus=1" in o and not any(x.startswith(("precision=", "lora.", "optim.batch_size")) for x in o)
+    assert "precision=fp32" in script.overrides(Path("m"), Path("d"), Path("o"), 2, 1, dry=True)
+
+
+@pytest.mark.slow  # two 1-process DeepSpeed launches on the CPU, a merge and two gradings
+def test_tiny_mixtral_zero3_dry_runs_every_stage_on_the_cpu(tmp_path):
+    pytest.importorskip("deepspeed", reason="the `deepspeed` extra")
+    import json
+
+    r = subprocess.run([sys.executable, "bench/gpu/tiny_mixtral_zero3.py", "--dry", "--steps", "2", "--every", "1",
+                        "--examples", "4", "--out", str(tmp_path / "work")],
+                       cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    report = json.loads(r.stdout[r.stdout.index("{\n"):])
+    assert report["device"] == "cpu" and report["resumed_from"] == "checkpoint-1" and report["resumed_steps"] == 1
+    assert report["resumed_max_abs_diff"] == 0.0  # fp32 on the CPU: the resumed run is the uninterrupted one
+    assert report["tokens_per_s"] > 0 and report["peak_gpu_mem_gib"] is None and report["trainable_params"] > 0
+    assert len(report["grades"]) == 2 and all(g["score"] in range(1, 6) for g in report["grades"])

@@ -14,15 +14,168 @@ from judgeforge.judge.weights import ensure_default_judge, resolve_model
 
 def test_atomic_dir_replaces_only_on_success(tmp_path):
     final = tmp_path / "out"
-    with io.atomic_dir(final) as d:
+    with io.atomic_dir(final, "data") as d:
         (d / "a.txt").write_text("one")
     assert (final / "a.txt").read_text() == "one"
+    assert io.output_kind(final) == "data"  # the marker says whose it is
     with pytest.raises(RuntimeError):
-        with io.atomic_dir(final) as d:
+        with io.atomic_dir(final, "data", overwrite=True) as d:
             (d / "a.txt").write_text("half")
             raise RuntimeError("killed mid-write")
     assert (final / "a.txt").read_text() == "one"  # the old output survives a failed write
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temp debris
+
+
+def _tree(root: Path) -> dict:
+    """Every file and directory under `root` with its bytes (None for a directory)."""
+    return {str(p.relative_to(root)): None if p.is_dir() else p.read_bytes() for p in sorted(root.rglob("*"))}
+
+
+def test_atomic_dir_writes_only_where_nothing_or_its_own_kind_is(tmp_path):
+    user = tmp_path / "mine"
+    (user / "keep").mkdir(parents=True)
+    (user / "keep" / "notes.txt").write_text("my notes")
+    (user / "log.jsonl").write_text('{"a": 1}\n')
+    before = _tree(tmp_path)
+    for overwrite in (False, True):  # --overwrite never reaches a directory that is not an output
+        with pytest.raises(io.OutputError, match="not a judgeforge output.*keep, log.jsonl.*--overwrite"):
+            with io.atomic_dir(user, "data", overwrite=overwrite):
+                pytest.fail("a refused output must not be staged")
+    (tmp_path / "file").write_text("a file")
+    with pytest.raises(io.OutputError, match="is an existing file"):
+        with io.atomic_dir(tmp_path / "file", "data", overwrite=True):
+            pass
+    assert _tree(tmp_path) == {**before, "file": b"a file"}  # nothing touched, nothing beside them
+
+    ours = tmp_path / "ours"
+    with io.atomic_dir(ours, "eval") as d:
+        (d / "metrics.json").write_text("{}")
+    with pytest.raises(io.OutputError, match="already holds a `judgeforge eval` report: pass --overwrite"):
+        with io.atomic_dir(ours, "eval"):
+            pass
+    with pytest.raises(io.OutputError, match="is a `judgeforge eval` report.*replaces only a `judgeforge data"):
+        with io.atomic_dir(ours, "data", overwrite=True):
+            pass
+    with io.atomic_dir(ours, "eval", overwrite=True) as d:
+        (d / "metrics.json").write_text('{"new": 1}')
+    assert (ours / "metrics.json").read_text() == '{"new": 1}'
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with io.atomic_dir(empty, "data") as d:  # an empty directory is as good as none
+        (d / "x").write_text("x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "file", "mine", "ours"]
+
+
+def test_outputs_from_before_the_marker_are_recognised(tmp_path):
+    for name in ("manifest.json", "train.jsonl", "test.jsonl"):
+        (tmp_path / name).write_text("")
+    assert io.output_kind(tmp_path) == "data" and io.check_out(tmp_path, "data", overwrite=True) == "replace"
+    assert io.output_kind(models.SHIPPED_ADAPTER) == "adapter"  # what `model ship` replaces
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_a_killed_writers_siblings_are_cleared_by_the_next_write(tmp_path):
+    final, dead = tmp_path / "out", _dead_pid()
+    with io.atomic_dir(final, "data") as d:
+        (d / "v").write_text("1")
+    (tmp_path / f".out.{dead}-abc.tmp").mkdir()  # killed while staging
+    (tmp_path / f".out.{os.getpid()}-live.tmp").mkdir()  # a live writer's: left alone
+    with io.atomic_dir(final, "data", overwrite=True) as d:
+        (d / "v").write_text("2")
+    assert (final / "v").read_text() == "2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".out.{os.getpid()}-live.tmp", "out"]
+    # Killed between the two renames of a swap without RENAME_EXCHANGE: the old output comes back.
+    os.rename(final, tmp_path / f".out.old-{dead}")
+    with pytest.raises(io.OutputError, match="already holds"):
+        with io.atomic_dir(final, "data"):
+            pass
+    assert (final / "v").read_text() == "2" and not (tmp_path / f".out.old-{dead}").exists()
+
+
+def test_atomic_dir_swaps_without_rename_exchange_and_keeps_a_held_lock(tmp_path, monkeypatch):
+    final = tmp_path / "out"
+    with io.atomic_dir(final, "eval") as d:
+        (d / "v").write_text("1")
+    monkeypatch.setattr(io, "_exchange", lambda a, b: False)  # a file system without it
+    with io.run_lock(final):
+        with io.atomic_dir(final, "eval", overwrite=True) as d:
+            (d / "v").write_text("2")
+        assert (final / "v").read_text() == "2"
+        assert _lock_from_another_process(final) != "got it"  # the same lock file, still held
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert _lock_from_another_process(final) == "got it"
+
+
+def _lock_from_another_process(out: Path) -> str:
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom judgeforge import io\ntry:\n    with io.run_lock(sys.argv[1]):\n"
+            "        print('got it')\nexcept io.OutputError as e:\n    print(e)")
+    return subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True,
+                          check=True, timeout=60).stdout.strip()
+
+
+def test_run_lock_names_the_holder_and_dies_with_it(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    code = ("import sys, time\nfrom judgeforge import io\nwith io.run_lock(sys.argv[1]):\n"
+            "    print('held', flush=True)\n    time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(io.OutputError, match=rf"in use by another judgeforge process \(PID {holder.pid}\)"):
+            with io.run_lock(out):
+                pytest.fail("two writers")
+    finally:
+        holder.send_signal(signal.SIGKILL)  # kill -9: no clean-up of its own runs
+        holder.wait(timeout=30)
+    with io.run_lock(out) as lock:
+        assert lock.read_text() == f"{os.getpid()}\n"
+
+
+def test_a_forked_child_does_not_keep_the_run_lock(tmp_path):
+    """An engine worker forked by eval must not hold the lock after eval itself is gone."""
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    with io.run_lock(out):
+        child = os.fork()
+        if child == 0:
+            time.sleep(120)
+            os._exit(0)
+    try:
+        assert _lock_from_another_process(out) == "got it"
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+
+
+def test_claim_dir_leaves_nothing_when_the_run_wrote_nothing(tmp_path):
+    out = tmp_path / "runs" / "run"
+    with pytest.raises(RuntimeError):
+        with io.claim_dir(out, "eval") as state:
+            assert state == "new" and io.output_kind(out) == "eval"
+            raise RuntimeError("no set could be loaded")
+    assert list(tmp_path.iterdir()) == []  # runs/ too: it made both
+    with io.claim_dir(out, "train") as state:
+        (out / "checkpoints").mkdir()
+    with io.claim_dir(out, "train", resume=True) as state:  # a rerun continues its own run
+        assert state == "resume" and (out / "checkpoints").is_dir()
+    with io.claim_dir(out, "train", overwrite=True, fresh=True) as state:  # --overwrite starts over
+        assert state == "replace" and sorted(p.name for p in out.iterdir()) == [io.OUTPUT_MARKER, io.RUN_LOCK]
 
 
 def test_atomic_write_and_jsonl(tmp_path):

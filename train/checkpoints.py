@@ -7,6 +7,14 @@ listing every file and its size; `last_complete` only ever returns a checkpoint
 whose marker exists and whose files are all still there. Under several processes
 each rank saves its own RNG state into the checkpoint, so the marker waits for every
 rank's save and requires each rank's file: a rank killed while saving leaves no marker.
+
+Under DeepSpeed the engine saves the optimizer itself (transformers' `_save_optimizer_and_scheduler`
+calls `save_checkpoint`), not as `optimizer.pt`: `global_stepN/` holds every rank's shard of the
+optimizer state (`[bf16_]zero_pp_rank_R_mp_rank_00_optim_states.pt`) and, under ZeRO-3, of the model
+state (`zero_pp_rank_R_mp_rank_00_model_states.pt`; below stage 3 one `mp_rank_00_model_states.pt`),
+and `latest` names that folder (rank 0 writes it last). The marker requires each rank's shards as it
+does each rank's RNG state, and lists them with the rest, so a shard that goes missing later makes the
+checkpoint incomplete too.
 """
 
 from __future__ import annotations
@@ -22,8 +30,9 @@ from judgeforge.io import atomic_write_json, atomic_write_text, dumps_record
 
 MARKER = "judgeforge-complete.json"
 _CKPT = re.compile(r"^checkpoint-(\d+)$")
-# What resuming needs besides the adapter weights.
+# What resuming needs besides the adapter weights (DeepSpeed: see `deepspeed_missing`).
 REQUIRED = ("trainer_state.json", "optimizer.pt", "scheduler.pt")
+LATEST = "latest"  # DeepSpeed's pointer to the tag folder (global_stepN) of the engine's own checkpoint
 
 
 def checkpoint_dirs(root: Path) -> list[tuple[int, Path]]:
@@ -59,6 +68,45 @@ def _has_weights(ckpt: Path) -> bool:
     return any(ckpt.glob("adapter_model.*")) or any(ckpt.glob("global_step*"))
 
 
+def deepspeed_missing(ckpt: Path, world: int, zero_stage: int) -> list[str]:
+    """What a DeepSpeed engine checkpoint in `ckpt` lacks for `world` ranks (empty: all there)."""
+    try:
+        tag = (ckpt / LATEST).read_text().strip()
+    except OSError:
+        return [LATEST]
+    if not tag or not (ckpt / tag).is_dir():
+        return [f"{LATEST} -> {tag or '(empty)'}"]
+    wanted = [f"{tag}/*zero_pp_rank_{r}_mp_rank_*_optim_states.pt" for r in range(world)]
+    if zero_stage >= 3:  # every rank holds a partition of the weights too
+        wanted += [f"{tag}/zero_pp_rank_{r}_mp_rank_*_model_states.pt" for r in range(world)]
+    else:
+        wanted.append(f"{tag}/mp_rank_*_model_states.pt")
+    # A pattern matches one rank's file only: `_mp_rank_` follows the rank, so rank 1 never matches 10's.
+    return [w for w in wanted if not any(f.is_file() for f in ckpt.glob(w))]
+
+
+def missing_files(ckpt: Path, world: int, zero_stage: int | None = None, engine_scheduler: bool = False) -> list[str]:
+    """What checkpoint `ckpt` of a `world`-rank run lacks to be resumed (empty: nothing).
+
+    `zero_stage`: the run's DeepSpeed ZeRO stage (None: no DeepSpeed); `engine_scheduler`: DeepSpeed
+    also holds the LR scheduler (one named in its config), so there is no `scheduler.pt`."""
+    per_rank = [f"rng_state_{r}.pth" for r in range(world)] if world > 1 else []
+    if zero_stage is None:
+        return [n for n in (*REQUIRED, *per_rank) if not (ckpt / n).is_file()]
+    plain = ["trainer_state.json", *([] if engine_scheduler else ["scheduler.pt"]), *per_rank]
+    return [n for n in plain if not (ckpt / n).is_file()] + deepspeed_missing(ckpt, world, zero_stage)
+
+
+def _deepspeed(args) -> tuple[int | None, bool]:
+    """(ZeRO stage, whether the engine holds the scheduler) of a run's TrainingArguments; (None, False)
+    without DeepSpeed."""
+    plugin = getattr(args, "deepspeed_plugin", None)
+    if plugin is None:
+        return None, False
+    config = getattr(plugin, "deepspeed_config", None) or {}
+    return int(plugin.zero_stage or 0), "scheduler" in config
+
+
 class CompletionMarker(TrainerCallback):
     """Mark a checkpoint complete once the Trainer has written all of it."""
 
@@ -69,8 +117,7 @@ class CompletionMarker(TrainerCallback):
         if not state.is_world_process_zero:
             return
         ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        per_rank = [f"rng_state_{r}.pth" for r in range(args.world_size)] if args.world_size > 1 else []
-        missing = [n for n in (*REQUIRED, *per_rank) if not (ckpt / n).is_file()]
+        missing = missing_files(ckpt, args.world_size, *_deepspeed(args))
         if missing or not _has_weights(ckpt):
             raise RuntimeError(f"checkpoint {ckpt} is missing {missing or 'adapter weights'} after save")
         files = {str(f.relative_to(ckpt)): f.stat().st_size for f in sorted(ckpt.rglob("*"))

@@ -239,7 +239,9 @@ class TrainConfig(Config):
     """`judgeforge train`: LoRA SFT of a judge on data builds, resumable, round after round."""
 
     out: str = "runs/train/default"
-    """Run directory: checkpoints/, adapter/ (final), config.yaml, data.json, loss.json/png."""
+    """Run directory: checkpoints/, adapter/ (final), config.yaml, data.json, loss.json/png. A rerun continues
+    the run there; `--overwrite` discards it and starts over. A directory that is not a train run is refused
+    untouched, and one `judgeforge train` at a time writes it (a second one stops at once)."""
     model: ModelConfig = ModelConfig()
     """Base model and optional adapter to continue from."""
     lora: LoraSection = LoraSection()

@@ -11,17 +11,22 @@ fill whole micro-batches on every rank, accelerate repeats the first ones of the
 (`even_batches`, so no rank waits on a collective another never reaches): `padded_examples` says how
 many, and train() logs it.
 
+The launch is tied to the `judgeforge train` that started it: killed (kill -9 included), a watchdog
+ends the launcher and every rank within seconds; stopped with SIGTERM or Ctrl-C, it SIGTERMs the
+launcher, which ends its ranks (judgeforge.watchdog.run_owned).
+
 On a machine without a GPU, DDP runs on the CPU with gloo. accelerate's own MULTI_CPU type starts
 its processes through mpirun only (a single process without it), so ddp_cpu.yaml uses the
 torchrun launcher (`MULTI_GPU`) and the trainer runs each process on the CPU (TrainingArguments
-`use_cpu`), with the cores split between the processes.
+`use_cpu`), with the cores split between the processes. DeepSpeed ZeRO-3 runs there too
+(accelerate_config=configs/train/accelerate/zero3.yaml): on its CPU accelerator (DS_ACCELERATOR=cpu)
+over the same gloo group, without its shared-memory comm op (`prepare_deepspeed_cpu`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Mapping
@@ -81,9 +86,12 @@ def launch_command(cfg: TrainConfig, argv: list[str], gpu: bool) -> list[str]:
     if not acc.is_file():
         raise ConfigError(f"accelerate_config {cfg.accelerate_config} not found")
     spec = yaml.safe_load(acc.read_text()) or {}
-    if spec.get("distributed_type") == "DEEPSPEED" and not gpu:
-        raise ConfigError(f"accelerate_config {acc} is DeepSpeed, which needs GPUs; on the CPU use "
-                          f"accelerate_config={default_accelerate_config(False)} (DDP, gloo)")
+    if spec.get("distributed_type") == "DEEPSPEED":
+        import importlib.util
+
+        if importlib.util.find_spec("deepspeed") is None:
+            raise ConfigError(f"accelerate_config {acc} is DeepSpeed, which is not installed: install the "
+                              f"`deepspeed` extra, or use accelerate_config={default_accelerate_config(gpu)}")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(acc),
            "--num_processes", str(cfg.num_gpus)]
     if spec.get("num_machines", 1) == 1 and "main_process_port" not in spec:
@@ -101,16 +109,43 @@ def launch_env(env: Mapping[str, str], processes: int, cpus: int, gpu: bool) -> 
     out = dict(env)
     if not gpu and "OMP_NUM_THREADS" not in out:
         out["OMP_NUM_THREADS"] = str(max(1, cpus // processes))
+    if not gpu:  # DeepSpeed (an accelerate_config of its) runs on its CPU accelerator, with gloo
+        out.setdefault("DS_ACCELERATOR", "cpu")
     return out
 
 
 def launch(cfg: TrainConfig, argv: list[str], gpu: bool) -> int:
+    """Run the launch to its end. The launcher and its ranks die with this process, kill -9 included,
+    and a SIGTERM or Ctrl-C here stops them in order (judgeforge.watchdog.run_owned)."""
     from judgeforge.hardware import cpu_info
+    from judgeforge.watchdog import run_owned
 
     cmd = launch_command(cfg, argv, gpu)
     env = launch_env(os.environ, cfg.num_gpus, len(cpu_info().cpus), gpu)
     log.info("launching %d processes: %s", cfg.num_gpus, " ".join(cmd))
-    return subprocess.run(cmd, env=env).returncode
+    return run_owned(cmd, env=env)
+
+
+def deepspeed_on_cpu(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether this process is a rank of a DeepSpeed launch on a machine without a GPU."""
+    from judgeforge import hardware
+
+    return env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true" and hardware.accelerator() is None
+
+
+def prepare_deepspeed_cpu() -> None:
+    """Before DeepSpeed's communication starts in a rank on the CPU: no shared-memory comm op.
+
+    DeepSpeed's torch backend builds that C++ op (JIT, torch.utils.cpp_extension) in every rank at once
+    when it starts, into one shared build folder, and a rank can abort on the other's half-built files.
+    Training never uses it: it serves `inference_all_reduce` (tensor-parallel inference) only; gradients
+    and ZeRO-3's gathers go through torch.distributed (gloo). Marking it incompatible (DeepSpeed's table
+    of ops this machine can build, computed once a process) skips the build."""
+    if not deepspeed_on_cpu():
+        return
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
 def barrier() -> None:

@@ -5,10 +5,13 @@ transformers 5 fuses each layer's experts into two 3-D parameters
 (`experts.gate_up_proj` = w1 and w3 stacked, `experts.down_proj` = w2), which
 PEFT reaches with `target_parameters`, not `target_modules`. `resolve_targets`
 maps the names and refuses any name that hits nothing, so a config can never
-silently train fewer weights than it says.
+silently train fewer weights than it says; `fused_patterns` gives the fused w1+w3
+parameter twice the rank and alpha, so it keeps the capacity of their two LoRAs.
 """
 
 from __future__ import annotations
+
+import re
 
 from judgeforge.config import ConfigError
 
@@ -62,12 +65,30 @@ def lora_config(cfg, model):
     from peft import LoraConfig
 
     modules, params = resolve_targets(cfg.lora.target_modules, *model_target_names(model))
+    ranks, alphas = fused_patterns(cfg.lora.target_modules, params, cfg.lora.r, cfg.lora.alpha)
     return LoraConfig(
         r=cfg.lora.r, lora_alpha=cfg.lora.alpha, bias=cfg.lora.bias, task_type="CAUSAL_LM",
         target_modules=modules or [], target_parameters=params or None,
+        rank_pattern=ranks, alpha_pattern=alphas,
         # PEFT refuses dropout on parameter targets; module targets get it from apply_dropout.
         lora_dropout=0.0 if params else cfg.lora.dropout,
     )
+
+
+def fused_patterns(requested: list[str], params: list[str], r: int, alpha: int) -> tuple[dict, dict]:
+    """PEFT `rank_pattern` / `alpha_pattern` for the fused expert parameters the legacy names map onto.
+
+    w1 and w3 are two matrices the recipe gives a LoRA each (rank r); transformers 5 stacks them into
+    one `experts.gate_up_proj`, so one rank-r LoRA there would have half their capacity. It gets rank 2r
+    and alpha 2 x alpha instead (the same alpha / r scaling): what PEFT's own conversion of a v4 Mixtral
+    adapter gives it (peft.utils.transformers_weight_conversion), and able to hold the two separate
+    rank-r updates exactly (lora_A stacked, lora_B block-diagonal). PEFT matches a pattern key as a
+    regex against the end of the parameter's name (peft.utils.other.get_pattern_key)."""
+    fused = LEGACY_EXPERTS["w1"]
+    if not {"w1", "w3"} <= set(requested) or fused not in params:
+        return {}, {}
+    key = re.escape(fused)
+    return {key: 2 * r}, {key: 2 * alpha}
 
 
 def apply_dropout(model, p: float, adapter: str = "default") -> int:
@@ -100,5 +121,6 @@ def lora_summary(model) -> dict:
             params.append(f"{name}.{module.parameter_name}")
         elif isinstance(module, LoraLayer):
             modules.append(name)
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    # Under ZeRO-3 a parameter is this rank's partition (numel 0 outside a gather); ds_numel is its size.
+    trainable = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters() if p.requires_grad)
     return {"modules": modules, "parameters": params, "trainable_params": trainable}

@@ -11,7 +11,10 @@ checkpoints/checkpoint-N (resumable; marked complete), adapter/ (final:
 adapter weights, tokenizer, config.yaml, judgeforge.json with the template
 version), loss.json + loss.png, and with `distill.enabled` distill.json (the
 preference pairs' counts and their ordering by E[score] before and after
-training). Rerunning the same command continues from the last complete checkpoint.
+training). Rerunning the same command continues from the last complete checkpoint; `--overwrite`
+discards the run and starts over. A directory that is not a train run is refused untouched, and
+one process trains in a run directory at a time: a second `judgeforge train` on it stops at once,
+naming the first one's PID (the lock dies with its process, `kill -9` included).
 Several processes (`--num-processes`, train/distributed.py) keep the global batch and the
 per-step examples of one process; samples.jsonl then also lists each rank's share.
 `--continue ADAPTER` (`continue_from`) trains the next round: the adapter, continued on the next
@@ -21,6 +24,7 @@ window of the data build it trained on (train/rounds.py), with the adapter's own
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -46,7 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--num-gpus", "--num-processes", dest="num_gpus", type=int,
                         help="training processes (GPUs, or CPU processes without one); >1: accelerate launch "
                              "with accelerate_config (ZeRO-3 on GPUs, DDP with gloo on the CPU by default)")
-    parser.add_argument("--out", help="run directory (overrides `out`)")
+    parser.add_argument("--out", help="run directory (overrides `out`): a rerun continues the run there; a directory "
+                        "that is not a train run is refused")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="discard the train run at `out` and start over (never a directory that is not one)")
     parser.add_argument("--continue", dest="continue_from", metavar="ADAPTER",
                         help="next continual round of this adapter (run dir or adapter/): its next data "
                              "window, its recipe unless --config is given")
@@ -56,21 +63,74 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = load_config(TrainConfig, recipe, args.overrides,
                       extra={"num_gpus": args.num_gpus, "out": args.out, "continue_from": args.continue_from})
     if cfg.num_gpus > 1 and not distributed.inside_launch():
-        return distributed.launch(cfg, argv, gpu=hw.accelerator() is not None)
-    adapter = train(cfg)
+        with hold_run_dir(cfg, args.overwrite):  # for every rank: they skip it (CLAIMED_ENV)
+            return distributed.launch(cfg, argv, gpu=hw.accelerator() is not None)
+    if not distributed.inside_launch():
+        _one_gpu(cfg)
+    adapter = train(cfg, overwrite=args.overwrite)
     if os.environ.get("RANK", "0") == "0":
         print(adapter)
     return 0
 
 
-def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
-    """Train (or resume) the run `cfg.out`; returns the final adapter directory.
+def _one_gpu(cfg: TrainConfig) -> None:
+    """One process on a host with several GPUs trains on the first (TRL refuses nn.DataParallel)."""
+    pin = hw.single_process_gpu(os.environ, hw.nvidia_devices())
+    if pin:
+        log.warning("one training process (num_gpus=%d) on a host with several GPUs: training on GPU %s "
+                    "(CUDA_VISIBLE_DEVICES); `--num-gpus N` trains on N", cfg.num_gpus, pin["CUDA_VISIBLE_DEVICES"])
+        os.environ.update(pin)
+
+
+def train(cfg: TrainConfig, callbacks: Sequence = (), overwrite: bool = False) -> Path:
+    """Train (or resume) the run `cfg.out`; returns the final adapter directory. `overwrite`: an
+    earlier run there is discarded first. The run directory is locked while training (io.claim_dir).
 
     In every process of a launch (train/distributed.py): rank 0 alone writes the run's files; the
     others write only what HF Trainer saves per rank in a checkpoint (their RNG state)."""
     from judgeforge.train.distributed import resolve_world
 
     cfg = resolve_precision(resolve_continue(resolve_world(cfg)))
+    with hold_run_dir(cfg, overwrite):
+        return _train(cfg, callbacks)
+
+
+# Set by the process that holds a run directory for the ranks it launches (the absolute `out`).
+CLAIMED_ENV = "JUDGEFORGE_RUN_DIR_HELD"
+
+
+def hold_run_dir(cfg: TrainConfig, overwrite: bool = False) -> contextlib.AbstractContextManager:
+    """The run directory held for this process (io.claim_dir): refused when it is not a train run
+    or another process trains in it; emptied first with `overwrite`. A rank other than 0, or one
+    whose launching process holds it, holds nothing."""
+    from judgeforge.train.distributed import inside_launch
+
+    out = Path(cfg.out)
+    if os.environ.get(CLAIMED_ENV) == str(out.resolve()) or os.environ.get("RANK", "0") != "0":
+        return contextlib.nullcontext()
+    if overwrite and inside_launch():  # the other ranks may be reading the run's checkpoints already
+        raise ConfigError("--overwrite under an outside `accelerate launch`: empty the run directory first, or "
+                          "launch with `judgeforge train --num-processes N --overwrite`")
+    if cfg.continue_from:  # before anything is emptied: never the continued adapter's own run
+        from judgeforge.train.rounds import check_out
+
+        check_out(cfg.out, adapter_path(cfg.continue_from))
+    return _held(out, overwrite)
+
+
+@contextlib.contextmanager
+def _held(out: Path, overwrite: bool):
+    from judgeforge.io import claim_dir
+
+    with claim_dir(out, "train", overwrite=overwrite, resume=not overwrite, fresh=overwrite):
+        os.environ[CLAIMED_ENV] = str(out.resolve())  # inherited by the ranks of a launch
+        try:
+            yield
+        finally:
+            os.environ.pop(CLAIMED_ENV, None)
+
+
+def _train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
     out = Path(cfg.out)
     adapter_dir = out / "adapter"
     if _check_run_dir(cfg, out) and meta_path(adapter_dir) is not None:
@@ -113,8 +173,12 @@ def train(cfg: TrainConfig, callbacks: Sequence = ()) -> Path:
 
 def make_trainer(cfg: TrainConfig, callbacks: Sequence = ()):
     """(trainer, data mix, sample log, dropped overlong ids) for `cfg`, ready to train."""
+    from judgeforge.io import mark_out
+
     mix, train_ds, eval_ds = load_datasets(cfg)
     out = Path(cfg.out)
+    if os.environ.get("RANK", "0") == "0":  # the run's own files are rank 0's to write
+        mark_out(out, "train")  # its checkpoints go there: a rerun (train) knows the run for its own
     args = sft_args(cfg, out / "checkpoints", has_eval=len(eval_ds) > 0)  # before the model: ZeRO-3 init
     trainer, sample_log, dropped = build_trainer(cfg, args, train_ds, eval_ds, out, callbacks,
                                                  pair_records=distill_records(cfg, mix), records=mix.train,
@@ -193,12 +257,13 @@ def _check_run_dir(cfg: TrainConfig, out: Path) -> bool:
     if not prev.is_file():
         return False
     if cfg.checkpoint.resume == "never":
-        raise ConfigError(f"{out} already holds a run and checkpoint.resume=never: use a new out")
+        raise ConfigError(f"{out} already holds a run and checkpoint.resume=never: use a new out, or --overwrite "
+                          "to discard that run")
     old = load_config(TrainConfig, prev)
     changed = [f for f in RESULT_FIELDS if getattr(old, f) != getattr(cfg, f)]
     if changed:
         raise ConfigError(f"{out} holds a run with different {', '.join(changed)}; resuming it would "
-                          "mix two trainings: use a new out")
+                          "mix two trainings: use a new out, or --overwrite to discard that run")
     return True
 
 
@@ -247,6 +312,9 @@ def sft_args(cfg: TrainConfig, ckpt_dir: Path, has_eval: bool):
     """TRL SFTConfig from the recipe's settings."""
     from trl import SFTConfig
 
+    from judgeforge.train.distributed import prepare_deepspeed_cpu
+
+    prepare_deepspeed_cpu()  # before the TrainingArguments start DeepSpeed's communication
     o, t = cfg.optim, cfg.tracking
     wandb = t.wandb and os.environ.get("WANDB_MODE") != "disabled"
     kwargs = dict(
@@ -310,7 +378,8 @@ def resolve_precision(cfg: TrainConfig) -> TrainConfig:
     """`precision: auto` decided for this machine (judgeforge.hardware), logged once."""
     if cfg.precision != "auto":
         return cfg
-    choice = hw.train_precision("auto", hw.cpu_info(), gpu=hw.accelerator() is not None)
+    gpu = hw.accelerator() is not None
+    choice = hw.train_precision("auto", hw.cpu_info(), gpu=gpu, capability=hw.gpu_capability() if gpu else None)
     return cfg.model_copy(update={"precision": hw.log_choice("training precision", choice)})
 
 
@@ -365,6 +434,7 @@ def _peft_model(cfg: TrainConfig, model, args):
                                      autocast_adapter_dtype=autocast)
     have = peft.peft_config["default"]
     if (have.r, have.lora_alpha) != (wanted.r, wanted.lora_alpha) or \
+            (have.rank_pattern or {}, have.alpha_pattern or {}) != (wanted.rank_pattern, wanted.alpha_pattern) or \
             set(have.target_modules or []) != set(wanted.target_modules or []) or \
             set(have.target_parameters or []) != set(wanted.target_parameters or []):
         raise ConfigError(f"model.adapter has r={have.r} alpha={have.lora_alpha} targets="

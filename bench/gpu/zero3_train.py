@@ -10,7 +10,9 @@ The recipe's model (a hub download: prometheus-eval/prometheus-7b-v2.0, 14.5 GB;
 its LoRA, bf16, max length 4096 and batch 8 (micro 1 x accumulation 8 / GPUs), gradient
 checkpointing, on the default data build's MT-Bench GPT-4 judgments (~700-1,400 tokens each).
 The processes come from `judgeforge train --num-gpus N` (train/distributed.py), with this script's
-worker in place of `-m judgeforge.cli train` to time the steps. Reported: median seconds per
+worker in place of `-m judgeforge.cli train` to time the steps. The run takes a checkpoint halfway
+(`--checkpoint-every`): DeepSpeed's engine checkpoint with every rank's shards, marked complete
+(train/checkpoints.py), outside the timed steps. Reported: median seconds per
 optimizer step after `--warmup`, trained tokens/s in all and per GPU, MFU = tokens/s x 6 x active
 params / (GPUs x peak dense bf16 FLOP/s), peak GPU memory of rank 0.
 
@@ -97,6 +99,9 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--params-b", type=float, default=7.24, help="active parameters, billions (8x7B: 12.9)")
     p.add_argument("--peak-tflops", type=float, help="peak dense bf16 TFLOP/s of one GPU (default: by name)")
+    p.add_argument("--checkpoint-every", type=int,
+                   help="checkpoint every this many steps (default: half the steps): DeepSpeed's own checkpoint, "
+                        "marked complete; the save runs after a step's clock stops")
     p.add_argument("--timeout", type=float, default=7200)
     p.add_argument("--worker", nargs=2, metavar=("CONFIG", "RESULT"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -123,7 +128,8 @@ def main(argv=None) -> int:
         run_build(load_config(BuildConfig, REPO / "configs/data/default.yaml", ["progress=false"]), tmp / "data")
         cfg = load_config(TrainConfig, REPO / a.recipe, [
             f"out={tmp / 'run'}", f"data.sources=[{{path: {tmp / 'data'}}}]", "data.eval_limit=0",
-            f"optim.max_steps={a.steps}", "checkpoint.every=100000", "tracking.wandb=false", f"num_gpus={gpus}",
+            f"optim.max_steps={a.steps}", f"checkpoint.every={a.checkpoint_every or a.steps // 2 or 1}",
+            "tracking.wandb=false", f"num_gpus={gpus}",
             "accelerate_config=configs/train/accelerate/zero3.yaml"])
         cfg_file, result = save_resolved(cfg, tmp, "cmd.yaml"), tmp / "result.json"
         launch = distributed.launch_command(cfg, [], gpu=True)

@@ -56,7 +56,8 @@ def test_two_builds_are_byte_identical(tmp_path):
     run_build(cfg, tmp_path / "a")
     run_build(cfg, tmp_path / "b")
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert names == ["config.yaml", "dropped.jsonl", "manifest.json", "rejects.jsonl", "test.jsonl", "train.jsonl"]
+    assert names == [".judgeforge-output.json", "config.yaml", "dropped.jsonl", "manifest.json", "rejects.jsonl",
+                     "test.jsonl", "train.jsonl"]
     for name in names:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
@@ -70,7 +71,7 @@ def test_failed_build_leaves_previous_output(tmp_path):
         {"path": str(REPO / "data/vendor/prometheus-eval/mt_bench_eval.json"), "format": "prometheus"},
         {"path": str(REPO / "data/vendor/prometheus-eval/mt_bench_eval.json"), "format": "prometheus"}]})
     with pytest.raises(ConfigError, match="two sources are named"):
-        run_build(bad, out)
+        run_build(bad, out, overwrite=True)
     assert (out / "manifest.json").read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["o"]  # no temporary directory left behind
 

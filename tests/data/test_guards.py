@@ -4,6 +4,7 @@ reason (`duplicate_key`) instead of the last value silently winning, and a UTF-8
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -66,7 +67,9 @@ def test_default_build_rejects_the_ten_million_character_response(tmp_path):
     assert_adds_up(m)
     (r,) = read_lines(tmp_path / "o/rejects.jsonl")
     assert r["line"] == 2 and "characters" in r["detail"] and "max_tokens 32768" in r["detail"]
-    assert len(r["original"]) > 10_485_760  # the line as it was read
+    line = path.read_bytes().split(b"\n")[1]  # quoted by its head, its size and its hash: not copied whole
+    assert (r["original_bytes"], r["original_sha256"]) == (len(line), hashlib.sha256(line).hexdigest())
+    assert len(r["original"]) == ingest.ORIGINAL_MAX_BYTES and line.decode().startswith(r["original"])
     assert all(len(line) < 10_000 for line in (tmp_path / "o/train.jsonl").read_text().splitlines())
 
 

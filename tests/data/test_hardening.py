@@ -1,8 +1,11 @@
 """The data builder under clumsy use: empty builds, slipped column mappings, absent held-out models,
-FastChat-derived logs without a `judge` field, files whose extension lies, files that are not JSON."""
+FastChat-derived logs without a `judge` field, files whose extension lies, files that are not JSON,
+poisoned records (numbers too large, nesting too deep, lone surrogates, bytes that are not UTF-8)."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import shutil
@@ -13,8 +16,10 @@ from judgeforge.cli import main as cli_main
 from judgeforge.config import ConfigError, load_config
 from judgeforge.data.build import EmptyBuildError
 from judgeforge.data.config import BuildConfig
+from judgeforge.data.ingest import Pool
 from judgeforge.data.parsers import FASTCHAT_CRITERIA, infer_prompt_name
 from judgeforge.data.readers import UnreadableFile, iter_file, read_objects, sniff_format
+from judgeforge.data.validate import REASONS
 
 from .conftest import REPO, build, read_lines
 
@@ -268,3 +273,208 @@ def test_broken_jsonl_line_is_still_a_reject_with_its_column(tmp_path):
     assert r["line"] == 2 and r["detail"] == "bad JSON at column 11: Expecting property name enclosed in double quotes"
     with pytest.raises(UnreadableFile, match=r"in.jsonl line 2: bad JSON at column 11"):
         read_objects(path)
+
+
+# --- 6. poisoned records: each is rejected alone, with its reason; none stops the build ------------
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+# A reason code -> a JSON value (bytes: one is not UTF-8) that no output line can hold.
+POISONS = {
+    "number_too_large": b"5" * 5000,  # json.loads fails past 4,300 digits
+    "nesting_too_deep": DEEP,  # json.loads exhausts the stack
+    "lone_surrogate": b'"half an emoji: \\ud800"',  # decodes, but UTF-8 cannot write it
+    "invalid_utf8": b'"latin-1 \xe9t\xe9, not UTF-8"',  # read with U+FFFD it would be altered silently
+}
+GOOD = [rec(q=f"{QUESTION} Variant {i}.", m=("model-a", "model-b")[i % 2], s=1 + i % 5) for i in range(4)]
+
+
+def json_bytes(value) -> bytes:
+    return json.dumps(value).encode("utf-8")
+
+
+def poisoned(record: dict, field: str, payload: bytes) -> bytes:
+    """`record` with `field` (new or replaced) holding `payload` as written."""
+    return json_bytes({**record, field: "@@poison@@"}).replace(b'"@@poison@@"', payload)
+
+
+def write_config(tmp_path, data: bytes, name: str = "log.jsonl") -> str:
+    (tmp_path / name).write_bytes(data)
+    cfg = {"sources": [jsonl_source(tmp_path / name)], "split": {"test_models": []}}
+    (tmp_path / f"{name}.yaml").write_text(json.dumps(cfg), encoding="utf-8")
+    return str(tmp_path / f"{name}.yaml")
+
+
+def cli_build(capsys, config: str, out, *overrides: str) -> tuple[int, str]:
+    rc = cli_main(["data", "build", "--config", config, "--out", str(out), "progress=false", *overrides])
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("workers", [1, 2])  # 2: the log is over 8 MB, so worker processes read it
+def test_cli_rejects_each_poisoned_line_alone_and_quotes_huge_ones_by_hash(tmp_path, capsys, workers):
+    """A 5,000-digit score, an array nested 100,000 deep and a lone surrogate in the feedback each
+    aborted the whole build (a traceback, nothing written); a line that is not UTF-8 was kept with
+    U+FFFD in place of its bytes; a rejected 10 MB record was copied whole into rejects.jsonl."""
+    huge = json_bytes(rec(q="A ten megabyte answer?", a="x" * 10_485_760))  # too_long
+    lines = [
+        (json_bytes(GOOD[0]), None),
+        (poisoned(rec(q="Q2?"), "s", POISONS["number_too_large"]), "number_too_large"),
+        (json_bytes(GOOD[1]), None),
+        (poisoned(rec(q="Q4?"), "tags", DEEP), "nesting_too_deep"),
+        (poisoned(rec(q="Q5?"), "f", POISONS["lone_surrogate"]), "lone_surrogate"),
+        (poisoned(rec(q="Q6?"), "a", POISONS["invalid_utf8"]), "invalid_utf8"),
+        (json_bytes(GOOD[2]), None),
+        (huge, "too_long"),
+        (json_bytes(GOOD[3]), None),
+    ]
+    config = write_config(tmp_path, b"".join(line + b"\n" for line, _ in lines))
+    assert Pool(workers).usable_for(tmp_path / "log.jsonl") == (workers > 1)
+    rc, err = cli_build(capsys, config, tmp_path / "o", f"workers={workers}")
+    assert rc == 0 and "Traceback" not in err
+    m = json.loads((tmp_path / "o/manifest.json").read_text(encoding="utf-8"))
+    c = m["counts"]
+    assert c["read"] == len(lines) == c["kept"] + c["rejected"] and (c["kept"], c["rejected"]) == (4, 5)
+    assert_adds_up(m)
+    assert c["by_reason"] == {reason: 1 for _, reason in lines if reason}
+    rejects = read_lines(tmp_path / "o/rejects.jsonl")
+    assert {r["line"]: r["reason"] for r in rejects} == {n: why for n, (_, why) in enumerate(lines, 1) if why}
+    assert (tmp_path / "o/rejects.jsonl").stat().st_size < 100_000
+    by_reason = {r["reason"]: r for r in rejects}
+    for reason, (line, _) in zip(("too_long", "nesting_too_deep", "invalid_utf8"), (lines[7], lines[3], lines[5])):
+        r = by_reason[reason]  # quoted by a bounded excerpt and the hash of the bytes as read
+        assert r["original_sha256"] == hashlib.sha256(line).hexdigest() and r["original_bytes"] == len(line)
+        assert len(r["original"].encode("utf-8")) <= 16 << 10
+        assert r["original"] == line[:len(r["original"])].decode("utf-8", "backslashreplace")
+    assert by_reason["invalid_utf8"]["original"] == lines[5][0].decode("utf-8", "backslashreplace")
+    for reason, line in (("number_too_large", lines[1][0]), ("lone_surrogate", lines[4][0])):
+        assert by_reason[reason]["original"] == line.decode("utf-8")  # small and UTF-8: quoted whole
+        assert "original_sha256" not in by_reason[reason]
+    # The good records are kept unchanged: byte for byte what a log of them alone builds.
+    rc, _ = cli_build(capsys, write_config(tmp_path, b"".join(json_bytes(r) + b"\n" for r in GOOD), "good.jsonl"),
+                      tmp_path / "good")
+    assert rc == 0
+    assert (tmp_path / "o/train.jsonl").read_bytes() == (tmp_path / "good/train.jsonl").read_bytes()
+    assert [(r["instruction"], r["score"]) for r in read_lines(tmp_path / "o/train.jsonl")] == \
+        [(g["q"], g["s"]) for g in GOOD]
+
+
+def test_every_reason_code_is_documented():
+    guide = (REPO / "docs/data.md").read_text(encoding="utf-8")
+    assert {"invalid_utf8", "number_too_large", "nesting_too_deep", "lone_surrogate"} <= set(REASONS)
+    assert [code for code in REASONS if f"`{code}`" not in guide] == []
+
+
+def _document(members: list[bytes], keys: list[str] | None) -> bytes:
+    if keys is None:
+        return b"[\n" + b",\n".join(members) + b"\n]\n"
+    return b"{" + b", ".join(json_bytes(k) + b": " + v for k, v in zip(keys, members)) + b"}"
+
+
+def _format_case(fmt: str, vendor, tmp_path) -> tuple[list[dict], list[str] | None, str, dict]:
+    """(good records, their keys in a keyed document or None, the container, the source's options)."""
+    if fmt == "fastchat":
+        lines = (vendor / "fastchat-mt-bench/gpt-4_single.jsonl").read_text(encoding="utf-8").splitlines()
+        return [json.loads(x) for x in lines[:12]], None, "jsonl", {}
+    if fmt == "prometheus":
+        return json.loads((vendor / "prometheus-eval/mt_bench_eval.json").read_text())[:6], None, "json", {}
+    if fmt == "alpaca_eval":
+        return json.loads((vendor / "alpaca-eval/annotations.json").read_text())[:8], None, "json", {}
+    if fmt == "biggen":
+        from .test_biggen_generic import synthetic_biggen
+
+        records = synthetic_biggen(vendor, 12)
+        return list(records.values()), list(records), "json", {}
+    return GOOD, None, "json", {"columns": COLUMNS}
+
+
+@pytest.mark.parametrize("fmt", ["fastchat", "prometheus", "alpaca_eval", "biggen", "jsonl"])
+def test_every_reader_rejects_a_poisoned_record_alone(tmp_path, vendor, fmt):
+    """One poisoned record of each kind, among a format's real records, in JSON Lines or inside a JSON
+    document (a list; BiGGen's records keyed by id): each used to make the whole file unreadable (the
+    document is decoded at once) or abort the build; now each is one reject with its own reason, and
+    the good records build exactly as they do alone."""
+    good, keys, container, options = _format_case(fmt, vendor, tmp_path)
+    bad = [poisoned(good[0], "poison", payload) for payload in POISONS.values()]
+    members = [json_bytes(r) for r in good]
+    mixed = members[:1] + bad + members[1:]  # poisoned members between good ones
+    mixed_keys = keys and keys[:1] + [f"poisoned-{reason}" for reason in POISONS] + keys[1:]
+    builds = {}
+    for name, body, body_keys in (("clean", members, keys), ("mixed", mixed, mixed_keys)):
+        path = tmp_path / f"{name}.{container}"
+        path.write_bytes(b"".join(x + b"\n" for x in body) if container == "jsonl" else _document(body, body_keys))
+        source = {"path": str(path), "format": fmt, "name": "src", **options}
+        builds[name] = build(None, tmp_path / name, "split.test_models=[]", "decontamination.eval_sets=[]",
+                             sources=[source])
+    clean, m = builds["clean"]["counts"], builds["mixed"]["counts"]
+    assert_adds_up(builds["mixed"])
+    assert m["read"] == clean["read"] + len(POISONS) and m["kept"] == clean["kept"] > 0
+    assert m["by_reason"] == {**clean["by_reason"], **dict.fromkeys(POISONS, 1)}
+    places = (2, 3, 4, 5)
+    rejects = {r["line"]: r["reason"] for r in read_lines(tmp_path / "mixed/rejects.jsonl") if r["line"] in places}
+    assert rejects == dict(zip(places, POISONS))  # each at its own place, with its own reason
+    for split in ("train", "test"):
+        assert (tmp_path / f"mixed/{split}.jsonl").read_bytes() == (tmp_path / f"clean/{split}.jsonl").read_bytes()
+
+
+def test_a_poisoned_single_record_document_is_one_reject(tmp_path):
+    """A pretty-printed document holding one record: the record is the document, poisoned whole."""
+    path = tmp_path / "one.json"
+    text = json.dumps(rec(f="@@poison@@"), indent=2).replace('"@@poison@@"', POISONS["lone_surrogate"].decode())
+    path.write_text(text, encoding="utf-8")
+    (raw,) = iter_file(path)
+    assert (raw.line, raw.obj, raw.reason) == (1, None, "lone_surrogate") and raw.text == path.read_text()
+
+
+def _utf8_column(values: list[bytes]):
+    """An Arrow string column holding `values` unchecked: Arrow, like Parquet writers, does not check UTF-8."""
+    import pyarrow as pa
+
+    offsets = [0]
+    for v in values:
+        offsets.append(offsets[-1] + len(v))
+    return pa.Array.from_buffers(pa.string(), len(values), [None, pa.array(offsets, pa.int32()).buffers()[1],
+                                                            pa.py_buffer(b"".join(values))])
+
+
+@pytest.mark.parametrize("container", ["parquet", "hub"])
+def test_a_parquet_string_that_is_not_utf8_is_one_reject(tmp_path, container):
+    """Converting the batch to Python raised UnicodeDecodeError and aborted the build (Parquet and a
+    local Hugging Face dataset alike)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [dict(r) for r in GOOD]
+    feedback = [r["f"].encode() for r in rows]
+    feedback[1] = b"Correct \xff\xfe and short."
+    table = pa.Table.from_pylist(rows).set_column(list(rows[0]).index("f"), "f", _utf8_column(feedback))
+    path = tmp_path / "hub" if container == "hub" else tmp_path / "log.parquet"
+    if container == "hub":
+        path.mkdir()
+    pq.write_table(table, path / "train.parquet" if container == "hub" else path)
+    m = build(None, tmp_path / "o", "split.test_models=[]", sources=[jsonl_source(path)])
+    assert m["counts"]["by_reason"] == {"invalid_utf8": 1} and m["counts"]["kept"] == 3
+    assert_adds_up(m)
+    (r,) = read_lines(tmp_path / "o/rejects.jsonl")
+    assert r["line"] == 2 and "\\xff\\xfe" in r["original"]
+    assert [k["feedback"] for k in read_lines(tmp_path / "o/train.jsonl")] == [GOOD[i]["f"] for i in (0, 2, 3)]
+
+
+def test_a_store_row_with_a_lone_surrogate_is_one_reject(tmp_path):
+    """The store's JSON columns can hold an escaped surrogate; the row's encoding aborted the build."""
+    import sqlite3
+
+    from judgeforge.data.store import JudgmentStore, LocalResult, Record, Request, TeacherResult
+
+    path = tmp_path / "replica.db"
+    with JudgmentStore(path) as store:
+        for i in range(3):
+            request = Request("absolute", f"{QUESTION} ({i})", (f"Blue light scatters most ({i}).",),
+                              {"criteria": "Is the explanation correct?"}, None, (1, 5))
+            store.put(Record(request, LocalResult("smollm2", 3, 0.4), escalated=True,
+                             teacher=TeacherResult("gpt-4", "Correct and short.", 4, 2.0), replica="r1",
+                             meta={"response_model": "model-a"}))
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE judgments SET meta = ? WHERE seq = 2", ('{"response_model": "model-\\ud800"}',))
+    m = build(None, tmp_path / "o", "split.test_models=[]", sources=[{"path": str(path), "format": "store"}])
+    assert m["counts"]["by_reason"] == {"lone_surrogate": 1} and m["counts"]["kept"] == 2
+    (r,) = read_lines(tmp_path / "o/rejects.jsonl")
+    assert r["line"] == 2 and '"model-\\ud800"' in r["original"]  # shown escaped, as JSON writes it

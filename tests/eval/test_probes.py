@@ -165,7 +165,7 @@ def test_probes_off_and_restricted(tmp_path, probe_config):
     assert m["probes"] == {}
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Bias probes" in report and "`probes.injection: true` turns it on" in report
-    m = R.run_eval(probe_config("probes.sets=[hhh]"))
+    m = R.run_eval(probe_config("probes.sets=[hhh]"), overwrite=True)  # into the same report directory
     assert set(m["probes"]["base"]) == {"hhh"}
     with pytest.raises(Exception, match="probes.sets"):
         probe_config("probes.sets=[nope]")

@@ -97,3 +97,23 @@ def test_vllm_refuses_the_tiny_mixtral_recipe_adapter_before_starting(default_mo
     assert json.loads((adapter / "adapter_config.json").read_text())["target_parameters"]
     with pytest.raises(ConfigError, match="gate_up_proj"):
         VLLMEngine(EngineConfig(model=str(base), adapters={"moe": str(adapter)}))
+
+
+def test_merge_keeps_the_base_dtype_by_default(tiny_llama, tmp_path):
+    """A bf16 base (Prometheus-2's) merges in bf16: float32 would double the host memory (~190 GB, 8x7B)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from testing.adapters import make_lora_adapter
+
+    from judgeforge.judge.weights import merge_adapter
+
+    base = tmp_path / "bf16"
+    AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.bfloat16).save_pretrained(base)
+    AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(base)
+    adapter = make_lora_adapter(base, tmp_path / "adapter")
+    merged = merge_adapter(adapter, tmp_path / "merged")
+    assert json.loads((merged / "config.json").read_text())["dtype"] == "bfloat16"
+    assert AutoModelForCausalLM.from_pretrained(merged, dtype="auto").dtype == torch.bfloat16
+    f32 = merge_adapter(adapter, tmp_path / "f32", dtype="float32")
+    assert json.loads((f32 / "config.json").read_text())["dtype"] == "float32"

@@ -4,7 +4,8 @@ The launched runs take judgeforge's own launch command (train/distributed.py: `a
 with configs/train/accelerate/ddp_cpu.yaml, the cores split between the ranks), with
 tests/train/ddp_probe.py in place of `-m judgeforge.cli`, which records what each rank writes and
 which distillation pairs it draws, and can kill rank 1. The recipe is SFT plus distillation
-(`distill.sources`: a pairwise build), 8 examples, global batch 4, 2 epochs = 4 steps.
+(`distill.sources`: a pairwise build), 8 examples, global batch 4, 2 epochs = 4 steps. A real
+`judgeforge train --num-processes 2` killed with kill -9 mid-training leaves neither launcher nor rank.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import json
 import os
 import re
 import subprocess
+import sys
+import time
 import types
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -209,3 +213,58 @@ def test_a_killed_rank_resumes_from_the_last_complete_checkpoint(ddp, tmp_path):
     for k in ref:  # the same two ranks, their RNG and data positions restored: the same arithmetic
         torch.testing.assert_close(mine[k], ref[k], rtol=0, atol=1e-7)
     assert [p["step"] for p in json.loads((out / "loss.json").read_text())["train"]] == list(range(1, STEPS + 1))
+
+
+def launched(parent: subprocess.Popen, config: Path) -> set[psutil.Process]:
+    """The parent's descendants and any process whose command line names the run's config (a rank
+    re-parented to PID 1 included)."""
+    found = set()
+    for p in psutil.process_iter(["cmdline"]):
+        if str(config) in " ".join(p.info["cmdline"] or []) and p.pid != parent.pid:
+            found.add(p)
+    try:
+        return found | set(psutil.Process(parent.pid).children(recursive=True))
+    except psutil.NoSuchProcess:
+        return found
+
+
+def running(procs) -> set[psutil.Process]:
+    out = set()
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.add(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def test_a_killed_train_command_leaves_no_launcher_or_rank(tiny_mixtral, data, helpers, tmp_path):
+    """kill -9 of `judgeforge train --num-processes 2` once its ranks train: within 10 s no process it
+    started (the launcher, the ranks, the watchdog) runs."""
+    cfg = helpers.tiny_config(tiny_mixtral, data, tmp_path / "run", "optim.epochs=100", "checkpoint.every=1000",
+                              "accelerate_config=configs/train/accelerate/ddp_cpu.yaml")
+    config = save_resolved(cfg, tmp_path, "cmd.yaml")
+    with open(tmp_path / "stderr", "w") as err:
+        train = subprocess.Popen([sys.executable, "-m", "judgeforge.cli", "train", "--config", str(config),
+                                  "--num-processes", "2"], cwd=REPO, stderr=err)
+    samples, seen = Path(cfg.out) / "samples.jsonl", set()
+    try:
+        deadline = time.monotonic() + 600
+        while not (samples.is_file() and samples.read_text().strip()):  # a step trained on both ranks
+            assert train.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr").read_text()[-3000:]
+            seen |= launched(train, config)
+            time.sleep(0.2)
+        seen |= launched(train, config)
+        ranks = [p for p in running(seen) if "--num-processes" in p.cmdline() and "LOCAL_RANK" in p.environ()]
+        assert len(ranks) == 2, seen
+        train.kill()
+        train.wait()
+        deadline = time.monotonic() + 10
+        while (left := running(seen | launched(train, config))) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, f"alive 10 s after the kill -9: {[' '.join(p.cmdline())[:100] for p in left]}"
+    finally:
+        for p in running(seen):
+            p.kill()
+        train.kill()

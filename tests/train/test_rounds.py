@@ -121,7 +121,7 @@ def test_a_trained_adapter_continues_on_its_next_window(tmp_path, monkeypatch):
     assert meta["data"][0]["train_sha256"] == sha256_file(build / "train.jsonl")
 
     got = []
-    monkeypatch.setattr(run, "train", lambda cfg: got.append(run.resolve_continue(cfg)) or "done")
+    monkeypatch.setattr(run, "train", lambda cfg, overwrite=False: got.append(run.resolve_continue(cfg)) or "done")
     assert run.main(["--continue", "r1", "--out", "r2"]) == 0
     r2 = got[0]
     assert r2.continue_from == "r1" and r2.model.adapter == "r1" and r2.out == "r2"
