@@ -214,11 +214,12 @@ def test_shipped_accelerate_zero3_config():
 
 
 def test_num_gpus_wraps_accelerate_launch(tmp_path, monkeypatch):
-    from judgeforge.train import distributed, run
+    from judgeforge import watchdog
+    from judgeforge.train import run
 
     calls = []
-    monkeypatch.setattr(distributed.subprocess, "run",
-                        lambda cmd, env: calls.append((cmd, env)) or type("R", (), {"returncode": 0}))
+    monkeypatch.setattr(watchdog, "run_owned", lambda cmd, env: calls.append((cmd, env)) or 0)
+    monkeypatch.chdir(tmp_path)  # the recipe's run directory is held (locked) while the launch runs
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     monkeypatch.setattr(hw, "accelerator", lambda: "cuda")  # the recipe's ZeRO-3 launch is for GPUs
     argv = ["--config", str(REPO / "configs/train/prometheus-bgb-8x7b.yaml"), "--num-gpus", "4", "seed=1"]
