@@ -144,7 +144,7 @@ def plot_risk_coverage(cal: dict, path: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("judgeforge cascade calibrate", "Calibrate a local judge's escalation "
-                            "threshold against GPT-4 (Trust or Escalate).")
+                            "threshold against GPT-4 (Trust or Escalate).", stage="cascade")
     parser.add_argument("--out", help="output directory (overrides `out`); it must not exist, be empty, or hold an "
                         "earlier calibration")
     parser.add_argument("--overwrite", action="store_true",

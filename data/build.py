@@ -475,7 +475,8 @@ def parse_input(spec: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    parser = command_parser("judgeforge data build", "Build validated, leak-free SFT records from judgment logs.")
+    parser = command_parser("judgeforge data build", "Build validated, leak-free SFT records from judgment logs.",
+                            stage="data")
     parser.add_argument("--input", "-i", action="append", metavar="FORMAT:PATH",
                         help="input replacing the config's sources (repeatable); FORMAT: " + ", ".join(PARSERS))
     parser.add_argument("--out", "-o", help="output directory (overrides `out`); it must not exist, be empty, or "

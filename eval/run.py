@@ -206,7 +206,7 @@ def _recompute(d: Path, plots: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = command_parser("judgeforge eval", "Evaluate judges against GPT-4 and human labels.")
+    parser = command_parser("judgeforge eval", "Evaluate judges against GPT-4 and human labels.", stage="eval")
     parser.add_argument("--out", help="report directory (overrides `out`); it must not exist, be empty, or hold an "
                         "earlier report")
     parser.add_argument("--overwrite", action="store_true",

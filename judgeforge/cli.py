@@ -17,6 +17,8 @@ from judgeforge.logs import configure_logging
 
 # (words...) -> "module:function"; the longest matching prefix wins (up to LONGEST words).
 COMMANDS: dict[tuple[str, ...], str] = {
+    ("config", "ls"): "judgeforge.recipes:ls_main",
+    ("config", "cp"): "judgeforge.recipes:cp_main",
     ("data", "build"): "judgeforge.data.build:main",
     ("model", "prepare"): "judgeforge.judge.weights:main",
     ("model", "ship"): "judgeforge.train.ship:main",
@@ -44,7 +46,7 @@ CONFIGS: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {
     ("cascade", "calibrate"): (("", "judgeforge.cascade.config:CalibrateConfig"),),
 }
 
-USAGE = "usage: judgeforge <command> [--config FILE] [key=value ...]\n\ncommands:\n" + "\n".join(
+USAGE = "usage: judgeforge [--verbose] <command> [--config FILE|NAME] [key=value ...]\n\ncommands:\n" + "\n".join(
     "  " + " ".join(words) for words in sorted(COMMANDS)
 )
 
@@ -80,6 +82,8 @@ def _match(argv: list[str]) -> tuple[str, list[str]] | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = bool(argv) and argv[0] in ("-v", "--verbose")  # other libraries' output too
+    argv = argv[verbose:]
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
@@ -88,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"judgeforge: unknown command {' '.join(argv[:2])!r}\n\n{USAGE}", file=sys.stderr)
         return 2
     target, rest = hit
-    configure_logging()
+    configure_logging(verbose)
     module, func = target.split(":")
     from judgeforge.config import ConfigError
     from judgeforge.io import OutputError

@@ -3,8 +3,12 @@
 Every command has one pydantic config class (fields documented by their
 docstrings, litgpt-style). `load_config` resolves it; `save_resolved` writes the
 result beside the command's output so every artefact says how it was made. A YAML may
-start from another (`extends: default.yaml`, relative to the file) and state only what it
-changes; the resolved config saved beside the output is the whole, merged one.
+start from another (`extends: default.yaml`, relative to the file, or a built-in as
+`extends: train/embedded-judge`) and state only what it changes; the resolved config saved beside
+the output is the whole, merged one.
+
+The shipped configs (configs/<stage>/<name>.yaml, package data in a wheel) are built-ins: `--config`
+takes a path or a built-in's name (`resolve_config`), `judgeforge config ls|cp` lists and copies them.
 
 A relative path in a config (an input, a vendored set, an accelerate config) is the current
 directory's when it is there, else the shipped tree's (`shipped_path`, under `PACKAGE_ROOT`), so the
@@ -44,6 +48,59 @@ class ConfigError(ValueError):
     """A config file, key or value is wrong; the message names it."""
 
 
+CONFIGS_DIR = PACKAGE_ROOT / "configs"
+"""The built-in configs, one folder per stage (in a wheel: package data of `judgeforge.configs`)."""
+STAGES = ("data", "train", "eval", "serve", "cascade")
+"""The stages with built-in configs: each command reads the YAMLs of its own stage's folder."""
+
+
+def builtin_configs(stage: str | None = None) -> dict[str, Path]:
+    """{"stage/name": path} of the built-in configs (configs/<stage>/*.yaml; not the accelerate
+    configs one folder down), all stages' or one's, sorted."""
+    stages = STAGES if stage is None else (stage,)
+    return {f"{s}/{p.stem}": p for s in stages for p in sorted((CONFIGS_DIR / s).glob("*.yaml"))}
+
+
+def builtin_config(name: str, stage: str | None = None) -> Path | None:
+    """The built-in `name` (".yaml" optional): `stage/name` names it in any stage; a bare name only
+    in `stage`, or in any stage when `stage` is None and exactly one stage has it. None when none is."""
+    name = name.removesuffix(".yaml")
+    known = builtin_configs()
+    if "/" in name:
+        return known.get(name)
+    if stage is not None:
+        return known.get(f"{stage}/{name}")
+    hits = [p for key, p in known.items() if key.split("/", 1)[1] == name]
+    return hits[0] if len(hits) == 1 else None
+
+
+def resolve_config(value: str | Path, stage: str | None) -> Path:
+    """What `--config VALUE` names: a file when there is one (as given, or under the shipped tree:
+    `configs/...` works from any directory), else the built-in config `VALUE` of `stage` (a bare
+    name, or `stage/name`). Neither: a ConfigError listing the stage's built-ins."""
+    path = shipped_path(value)
+    if path.is_file():
+        return path
+    hit = builtin_config(str(value), stage) if stage in STAGES else None
+    if hit is not None:
+        return hit
+    names = ", ".join(k.split("/", 1)[1] for k in builtin_configs(stage)) if stage in STAGES else ""
+    offer = f"; built-in {stage} configs: {names}" if names else ""
+    raise ConfigError(f"config file not found: {value} (neither a file nor a built-in config){offer}")
+
+
+class ConfigFlag(argparse.Action):
+    """`--config VALUE`, stored resolved (`resolve_config` for the command's stage) as a path string;
+    a name that is no config raises ConfigError, which the CLI reports as a config error."""
+
+    def __init__(self, *args, stage: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stage = stage
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, str(resolve_config(values, self.stage)))
+
+
 class Config(BaseModel):
     """Base for every command config: unknown keys are errors, fields are documented."""
 
@@ -80,7 +137,9 @@ def _set_dotted(tree: dict, path: list[str], value: Any) -> None:
 
 
 EXTENDS = "extends"
-"""The top-level key naming the YAML a config file starts from (its path relative to that file)."""
+"""The top-level key naming the YAML a config file starts from: its path relative to that file when
+that file exists, else a built-in named `stage/name` (a bare name is a path only: which stage a
+user's file is for is not known here)."""
 
 
 def merge_trees(base: dict, over: dict) -> dict:
@@ -118,6 +177,8 @@ def read_yaml(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
         raise ConfigError(f"config file {p}: `{EXTENDS}` must be a YAML file's path, got {parent!r}")
     chain = _chain + (p.resolve(),)
     base = (p.parent / parent).resolve()
+    if not base.is_file() and "/" in parent:
+        base = (builtin_config(parent) or base).resolve()
     if base in chain:
         raise ConfigError("config files extend each other in a cycle: "
                           + " -> ".join(str(c) for c in chain + (base,)))
@@ -162,9 +223,20 @@ def save_resolved(cfg: Config, out_dir: str | Path, name: str = "config.yaml") -
     return path
 
 
-def command_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """An argparse parser with the shared `--config` flag and trailing key=value overrides."""
+def add_config_flag(parser: argparse.ArgumentParser, stage: str | None,
+                    help: str = "YAML config file (defaults when omitted)") -> None:
+    """The shared `--config/-c`: a path, or the name of one of `stage`'s built-in configs."""
+    metavar = "FILE"
+    if stage is not None:
+        metavar = "FILE|NAME"
+        help += f"; or a built-in {stage} config's name (`judgeforge config ls {stage}`)"
+    parser.add_argument("--config", "-c", action=ConfigFlag, stage=stage, metavar=metavar, help=help)
+
+
+def command_parser(prog: str, description: str, stage: str | None = None) -> argparse.ArgumentParser:
+    """An argparse parser with the shared `--config` flag (built-in names looked up in `stage`'s
+    configs) and trailing key=value overrides."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--config", "-c", help="YAML config file (defaults when omitted)")
+    add_config_flag(parser, stage)
     parser.add_argument("overrides", nargs="*", help="key=value overrides, dotted keys for nested fields")
     return parser

@@ -196,7 +196,8 @@ def command_section(words: Sequence[str], main: Callable, sections: Sequence[tup
     name = "judgeforge " + " ".join(words)
     parts = [f"## `{name}`", f"```text\n{help_text(main)}\n```"]
     if sections:
-        parts.append("Settings resolve as defaults < the YAML of `--config FILE` < named flags < "
+        parts.append("Settings resolve as defaults < the YAML of `--config FILE` (or a built-in config's "
+                     "NAME: `judgeforge config ls`) < named flags < "
                      "`key=value` overrides (dotted keys reach nested sections; `[]` marks a list's items).")
     else:
         parts.append("Flags only: this command takes no config file.")

@@ -308,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     from judgeforge.judge.engines import TemplateVersionMismatch, build_engine
     from judgeforge.logs import configure_logging
 
-    p = command_parser("judgeforge serve", "Serve the judge over HTTP (grading with self-consistency).")
+    p = command_parser("judgeforge serve", "Serve the judge over HTTP (grading with self-consistency).",
+                       stage="serve")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="bind port (default 8000)")
     args = p.parse_args(argv)

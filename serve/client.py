@@ -492,12 +492,18 @@ def _build_engine(cfg):
         raise GradeError(f"cannot start the --local engine ({cfg.engine.kind}): {e}", EXIT_UNREACHABLE) from e
 
 
-def _grade_local(todo: list[Row], config: str | None, overrides: list[str], sink: Sink) -> None:
-    from judgeforge.config import load_config
-    from judgeforge.judge.judge import Judge
+def _serve_config(config: str | None, overrides: list[str]):
+    """The ServeConfig of --local and --ray: `--config` a file or a built-in serve config's name."""
+    from judgeforge.config import load_config, resolve_config
     from judgeforge.serve.config import ServeConfig
 
-    cfg = load_config(ServeConfig, config, overrides)
+    return load_config(ServeConfig, resolve_config(config, "serve") if config else None, overrides)
+
+
+def _grade_local(todo: list[Row], config: str | None, overrides: list[str], sink: Sink) -> None:
+    from judgeforge.judge.judge import Judge
+
+    cfg = _serve_config(config, overrides)
     valid = _validate_local(todo, cfg, sink)
     if not valid:
         return
@@ -540,10 +546,9 @@ def _grade_ray(todo: list[Row], args: argparse.Namespace, sink: Sink) -> None:
     from judgeforge.config import load_config
     from judgeforge.scale.config import RuntimeConfig
     from judgeforge.scale.ray_runner import ScaleError, run_batches
-    from judgeforge.serve.config import ServeConfig
 
     serve_overrides, runtime_overrides = _split_runtime(args.overrides)
-    cfg = load_config(ServeConfig, args.config, serve_overrides)
+    cfg = _serve_config(args.config, serve_overrides)
     flags = ["kind=ray", *([f"replicas={args.replicas}"] if args.replicas else [])]
     runtime = load_config(RuntimeConfig, None, [*runtime_overrides, *flags])
     valid = _validate_local(todo, cfg, sink)
@@ -617,7 +622,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        help="grade as --local does, on engine replicas through Ray (no server)")
     p.add_argument("--replicas", type=_positive_int,
                    help="--ray: engine replicas (default 1; runtime.KEY=VALUE overrides set the rest)")
-    p.add_argument("--config", "-c", help="serve config for --local and --ray")
+    # Resolved when used (`_serve_config`): an HTTP run reads no config, and a bad one is a GradeError.
+    p.add_argument("--config", "-c", metavar="FILE|NAME",
+                   help="serve config for --local and --ray: a file, or a built-in serve config's name "
+                        "(`judgeforge config ls serve`)")
     p.add_argument("--debug", action="store_true", help="show tracebacks for expected errors too")
     p.add_argument("overrides", nargs="*", help="key=value config overrides for --local and --ray")
     args = p.parse_args(argv)

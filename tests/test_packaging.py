@@ -60,3 +60,29 @@ def test_the_wheel_ships_no_test_double(wheel):
     assert {"ScriptedEngine", "FakeTeacher", "make_lora_adapter", "VLLMServe"} <= doubles
     shipped = {f: _public_defs(wheel.read(f).decode()) & doubles for f in files if f.endswith(".py")}
     assert {f: names for f, names in shipped.items() if names} == {}
+
+
+def test_the_wheel_ships_the_builtin_configs(wheel):
+    """configs/ is package data (judgeforge/configs/...), byte for byte, and no module rides along."""
+    files = set(wheel.namelist())
+    shipped = {p.relative_to(REPO).as_posix(): p for p in (REPO / "configs").rglob("*") if p.is_file()}
+    assert {"configs/train/embedded-judge.yaml", "configs/train/accelerate/zero3.json"} <= set(shipped)
+    for rel, path in shipped.items():
+        assert wheel.read(f"judgeforge/{rel}") == path.read_bytes(), rel
+    assert not [f for f in files if f.startswith("judgeforge/configs/") and not f.endswith((".yaml", ".json"))]
+
+
+def test_an_installed_wheel_finds_its_builtins_by_name(wheel, tmp_path):
+    """Unpacked (what installing a pure wheel amounts to) and run from elsewhere than a checkout:
+    `--config NAME` and `judgeforge config ls` read the wheel's own configs."""
+    site, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
+    wheel.extractall(site)
+    elsewhere.mkdir()
+    code = ("import judgeforge.config as c; from judgeforge.cli import main; "
+            "print(c.resolve_config('embedded-judge', 'train')); main(['config', 'ls', 'cascade'])")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    resolved, listed = proc.stdout.splitlines()
+    assert resolved == str(site / "judgeforge/configs/train/embedded-judge.yaml")
+    assert listed.startswith("cascade/default  Calibrate the escalation threshold")

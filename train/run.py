@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 def main(argv: Sequence[str] | None = None) -> int:
     from judgeforge.train import distributed
 
-    parser = command_parser("judgeforge train", __doc__.split("\n\n")[0])
+    parser = command_parser("judgeforge train", __doc__.split("\n\n")[0], stage="train")
     parser.add_argument("--num-gpus", "--num-processes", dest="num_gpus", type=int,
                         help="training processes (GPUs, or CPU processes without one); >1: accelerate launch "
                              "with accelerate_config (ZeRO-3 on GPUs, DDP with gloo on the CPU by default)")
