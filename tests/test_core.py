@@ -125,22 +125,14 @@ def _lock_from_another_process(out: Path) -> str:
 
 
 def test_run_lock_names_the_holder_and_dies_with_it(tmp_path):
-    import signal
-    import subprocess
-    import sys
+    from testing.processes import lock_holder
 
     out = tmp_path / "run"
-    code = ("import sys, time\nfrom judgeforge import io\nwith io.run_lock(sys.argv[1]):\n"
-            "    print('held', flush=True)\n    time.sleep(600)")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_holder(out) as holder:
         with pytest.raises(io.OutputError, match=rf"in use by another judgeforge process \(PID {holder.pid}\)"):
             with io.run_lock(out):
                 pytest.fail("two writers")
-    finally:
-        holder.send_signal(signal.SIGKILL)  # kill -9: no clean-up of its own runs
-        holder.wait(timeout=30)
+    # lock_holder ends with kill -9: the holder runs no clean-up of its own
     with io.run_lock(out) as lock:
         assert lock.read_text() == f"{os.getpid()}\n"
 

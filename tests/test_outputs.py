@@ -137,16 +137,11 @@ def test_eval_compare_replaces_only_an_earlier_comparison(tmp_path, capsys):
 @pytest.fixture
 def held(tmp_path):
     """Another live process holding the run lock of tmp_path/run through the same helper."""
+    from testing.processes import lock_holder
+
     out = tmp_path / "run"
-    code = ("import sys, time\nfrom judgeforge import io\nwith io.run_lock(sys.argv[1]):\n"
-            "    print('held', flush=True)\n    time.sleep(600)")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_holder(out) as holder:
         yield out, holder
-    finally:
-        holder.kill()
-        holder.wait(timeout=30)
 
 
 def test_a_second_writer_of_a_run_directory_stops_at_once(held, capsys):

@@ -18,6 +18,8 @@ import time
 import psutil
 import pytest
 
+from testing.processes import alive
+
 # A parent that starts the watchdog, then a child that ignores SIGTERM (the SIGKILL path) and a
 # child with a grandchild (the whole tree), prints their pids and waits (or stops the watchdog).
 PARENT = textwrap.dedent("""
@@ -44,16 +46,6 @@ def descendants(pid: int) -> set[psutil.Process]:
         return set()
 
 
-def alive(procs) -> list[psutil.Process]:
-    """Still running and not a zombie (a reaped-later zombie uses no CPU or memory)."""
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def wait_gone(procs, timeout: float) -> list[psutil.Process]:

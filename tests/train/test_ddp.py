@@ -27,6 +27,7 @@ from safetensors.torch import load_file
 from judgeforge.config import load_config, save_resolved
 from judgeforge.io import read_jsonl
 from judgeforge.train.config import TrainConfig
+from testing.processes import alive
 
 pytestmark = pytest.mark.slow  # every test here runs real TRL trainers, two of them as 2 processes
 
@@ -229,14 +230,7 @@ def launched(parent: subprocess.Popen, config: Path) -> set[psutil.Process]:
 
 
 def running(procs) -> set[psutil.Process]:
-    out = set()
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.add(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
+    return set(alive(procs))
 
 
 def test_a_killed_train_command_leaves_no_launcher_or_rank(tiny_mixtral, data, helpers, tmp_path):

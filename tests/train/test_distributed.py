@@ -15,6 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from testing.processes import alive
+
 from judgeforge.config import ConfigError, load_config
 from judgeforge.train import distributed as D
 from judgeforge.train.config import TrainConfig
@@ -168,14 +170,7 @@ TRAIN = textwrap.dedent("""
 
 
 def running(procs) -> list[psutil.Process]:
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
+    return alive(procs)
 
 
 def wait_until(check, timeout: float):
