@@ -1,4 +1,4 @@
-"""Counterfactual length pairs (issue 31): a graded response against a copy of itself that differs in
+"""Counterfactual length pairs: a graded response against a copy of itself that differs in
 length only, ordered by a fixed rule, so a ranking loss on them rewards content and not length.
 
 Two edits of one absolute record (its response split into paragraphs, else sentences):

@@ -63,7 +63,7 @@ def _paired(pa, pb, ja, jb, s, v, boot) -> dict | None:
         return None
     scale = Scale.parse(s.get("scale") or [1, 5])
     out = paired_on_set(s["kind"], ra, rb, v, scale, boot)
-    if s["kind"] != "absolute":  # issue 31: does a judge gain where the reference prefers the shorter answer?
+    if s["kind"] != "absolute":  # does a judge gain where the reference prefers the shorter answer?
         short = shorter_preferred(ra)
         sa, sb = ([r for r in x if r["item_id"] in short] for x in (ra, rb))
         if len(_aligned(sa, sb)[0]) >= 6:

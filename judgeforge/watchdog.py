@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     if recorded is not None:
         procs, segments = recorded
         # The processes outlive their parent until ended: record once more, mappings too, what
-        # they opened since the last poll (a segment created then leaked on kill -9: issue 18's test).
+        # they opened since the last poll (a segment created then leaked on kill -9).
         procs = alive_with_children(procs)
         segments |= record_segments(parent, procs, set(), True)
         # ... and what they open during the SIGTERM grace (CI once leaked a psm_ segment created then).

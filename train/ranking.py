@@ -145,7 +145,7 @@ def length_balance(lengths: Sequence[tuple[int, int]], targets: Sequence[float],
     the pairs on the rarer side until as many pairs prefer the shorter response as the longer one.
     `lengths`: per pair (preferred, other) in tokens, `targets`: P(first better). GPT-4 prefers the
     longer response in most pairs, so a ranking loss on them alone is lowered by preferring length;
-    balanced, length no longer predicts the preferred side (issue 31). Kept ties (target 0.5) and pairs
+    balanced, length no longer predicts the preferred side. Kept ties (target 0.5) and pairs
     of equal length are never repeated."""
     if len(lengths) != len(targets):
         raise ValueError("lengths and targets differ in length")
