@@ -1,5 +1,5 @@
 """HTTP header limits of the grading server: a client controls every header byte, so they are bounded
-before any ASGI code, auth included, can run (issue 18, finding 5).
+before any ASGI code, auth included, can run.
 
 Where: uvicorn's default parser here is httptools, which buffers a header of any size (a 50 MB value was
 accepted, and eight connections sending 20 MB each of unfinished header grew the server by 170 MB).
