@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from judgeforge import paths
 from judgeforge.config import Config
 from judgeforge.eval.config import EvalSampling, GuaranteeConfig, JudgeConfig
 from judgeforge.judge.config import Count, EngineConfig, SamplingConfig, plain_base_url
@@ -33,7 +34,7 @@ class CalibrateConfig(GuaranteeConfig):
     judge: str | JudgeConfig | None = None
     """A judge name in `predictions` (default: the only one there), or, without `predictions`, a
     judge to run (name, adapter, engine as in `judgeforge eval`) over the held-out split of `data`."""
-    data: str = "runs/demo/data"
+    data: str = paths.DATA
     """Data build whose held-out split (test.jsonl) the configured judge grades (engine path)."""
     max_items: int | None = None
     """Engine path: seeded subset of held-out items (None: all)."""
@@ -50,7 +51,7 @@ class CalibrateConfig(GuaranteeConfig):
     confidence: Literal["vote_prob", "agreement"] = "vote_prob"
     """vote_prob: the judge's probability of its voted score (the completed distributions averaged
     over samples, Grade.confidence; exists at N=1); agreement: the share of samples voting for it."""
-    out: str = "runs/cascade/default"
+    out: str = paths.CASCADE
     """Output directory: calibration.json, risk_coverage.png, config.yaml. It must not exist, be empty, or hold
     an earlier calibration, which only `--overwrite` replaces."""
     plot: bool = True
@@ -162,7 +163,7 @@ class CascadeConfig(Config):
 class StoreConfig(Config):
     """The judgment store (data/store.py): every graded item, durable before its answer returns."""
 
-    path: str = "runs/store/judgments.sqlite"
+    path: str = paths.STORE
     """SQLite file of this replica's store (created if missing)."""
     cache: bool = False
     """Answer an identical request (same content and template; sampling options aside) from the store

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from judgeforge.config import ConfigError, command_parser, load_config, save_resolved
+from judgeforge.config import ConfigError, builtin_config, command_parser, load_config, save_resolved
 from judgeforge.data.config import BuildConfig, EvalSetConfig, SourceConfig
 from judgeforge.data.decontam import NgramIndex
 from judgeforge.data.ingest import (Pool, default_workers, gc_paused, process, read_span, reject_quote,
@@ -488,6 +488,8 @@ def main(argv: list[str]) -> int:
     if args.input:
         extra["sources"] = [parse_input(s) for s in args.input]
     cfg = load_config(BuildConfig, args.config, args.overrides, extra=extra)
+    if args.config is None and not cfg.sources:  # no inputs named: the default build, what `train` reads
+        cfg = load_config(BuildConfig, builtin_config("default", "data"), args.overrides, extra=extra)
     manifest = run_build(cfg, overwrite=args.overwrite)
 
     from rich.console import Console

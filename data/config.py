@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from judgeforge import paths
 from judgeforge.config import Config
 
 FORMATS = ("prometheus", "biggen", "fastchat", "jsonl", "store")
@@ -161,8 +162,9 @@ class BuildConfig(Config):
     """`judgeforge data build`: judgment logs -> validated, leak-free SFT records."""
 
     sources: list[SourceConfig] = []
-    """Inputs; `--input FORMAT:PATH` on the command line replaces them."""
-    out: str = "runs/data/default"
+    """Inputs; `--input FORMAT:PATH` on the command line replaces them. `judgeforge data build` with neither
+    inputs nor `--config` builds the built-in default config (configs/data/default.yaml)."""
+    out: str = paths.DATA
     """Output directory (written atomically: train/test/rejects.jsonl, manifest.json, config.yaml). It must not
     exist, be empty, or hold an earlier data build, which only `--overwrite` replaces; anything else there is
     refused untouched."""

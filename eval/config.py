@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
+from judgeforge import paths
 from judgeforge.config import Config
 from judgeforge.eval.probes import INJECTION
 from judgeforge.eval.sets import SET_KINDS
@@ -227,14 +228,15 @@ class TrackingConfig(Config):
 class EvalConfig(Config):
     """`judgeforge eval`: judges x sets -> report.md, metrics.json, plots, predictions."""
 
-    out: str = "runs/eval/default"
+    out: str = paths.EVAL
     """Report directory (written atomically). It must not exist, be empty, or hold an earlier report, which only
     `--overwrite` replaces (an unfinished run's journal is resumed); anything else there is refused untouched.
     One `judgeforge eval` at a time writes it (a second one on the same directory stops at once)."""
     judges: list[JudgeConfig] = [JudgeConfig(name="base")]
     """Judges to evaluate, each graded on every set."""
     sets: list[SetConfig] = []
-    """Evaluation sets the judges grade."""
+    """Evaluation sets the judges grade. `judgeforge eval` with neither sets nor `--config` runs the built-in
+    default evaluation (configs/eval/default.yaml)."""
     n_values: list[int] = [1, 3]
     """Self-consistency N values: max N samples are drawn once, N=k votes over the first k."""
     baseline: str | None = None

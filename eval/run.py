@@ -26,7 +26,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from judgeforge.config import ConfigError, command_parser, dump_config, load_config
+from judgeforge.config import ConfigError, builtin_config, command_parser, dump_config, load_config
 from judgeforge.eval import sets as S
 from judgeforge.eval.config import EvalConfig, JudgeConfig, SetConfig
 from judgeforge.eval.html import report_html
@@ -218,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         print(Path(args.recompute) / "report.md")
         return 0
     cfg = load_config(EvalConfig, args.config, args.overrides, extra={"out": args.out})
+    if args.config is None and not cfg.sets:  # no sets named: the default evaluation, of `data build`'s output
+        cfg = load_config(EvalConfig, builtin_config("default", "eval"), args.overrides, extra={"out": args.out})
     command = "judgeforge eval " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     run_eval(cfg, command=command, overwrite=args.overwrite)
     print(Path(cfg.out) / "report.md")

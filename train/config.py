@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from judgeforge import paths
 from judgeforge.config import Config
 
 
@@ -70,7 +71,7 @@ class SourceSection(Config):
 class DataSection(Config):
     """Training data: one or more builds mixed (the replay mix), assistant-turn loss only."""
 
-    sources: list[SourceSection] = [SourceSection(path="runs/demo/data")]
+    sources: list[SourceSection] = [SourceSection(path=paths.DATA)]
     """Data builds to mix; duplicates across builds (same content hash) are used once."""
     eval_limit: int | None = 16
     """Held-out examples (the builds' test.jsonl) for eval loss; 0 disables eval, None uses all."""
@@ -238,7 +239,7 @@ class StoppingSection(Config):
 class TrainConfig(Config):
     """`judgeforge train`: LoRA SFT of a judge on data builds, resumable, round after round."""
 
-    out: str = "runs/train/default"
+    out: str = paths.TRAIN
     """Run directory: checkpoints/, adapter/ (final), config.yaml, data.json, loss.json/png. A rerun continues
     the run there; `--overwrite` discards it and starts over. A directory that is not a train run is refused
     untouched, and one `judgeforge train` at a time writes it (a second one stops at once)."""

