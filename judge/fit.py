@@ -103,8 +103,9 @@ def fit_to_judge(cfg, model_dir: str | None):
         update["max_lora_rank"] = lora_rank(cfg.adapters)
     if cfg.max_model_len is None:
         update["max_model_len"] = trained_length(model_dir, cfg.adapters) or DEFAULT_MODEL_LEN
-    if update:
-        log.info("serving settings from the judge: %s", ", ".join(f"{k}={v}" for k, v in update.items()))
+    told = {k: v for k, v in update.items() if k != "max_lora_rank" or cfg.adapters}  # a rank alone means nothing
+    if told:
+        log.info("serving settings from the judge: %s", ", ".join(f"{k}={v}" for k, v in told.items()))
     return cfg.model_copy(update=update)
 
 
