@@ -9,6 +9,7 @@ the package.
     teacher.py   FakeTeacher (a local OpenAI-compatible endpoint replaying GPT-4's cached judgments),
                  prometheus_judgments
     adapters.py  make_lora_adapter (a small random LoRA adapter)
+    builds.py    short_build (a build cut to its shortest judgments, for tiny-model training)
     records.py   synthetic eval predictions and judgment stores (fill_store, corrupt_pages)
 
 Why a top-level folder: pyproject's `[tool.setuptools] packages` lists the shipped packages one by

@@ -92,20 +92,13 @@ def short_data(out: Path, n: int, n_test: int = 2) -> Path:
     from judgeforge.config import load_config
     from judgeforge.data.build import run_build
     from judgeforge.data.config import BuildConfig
-    from judgeforge.io import read_jsonl, write_jsonl
+
+    sys.path.append(str(REPO))  # the checkout's test doubles: the build cut down (testing/builds.py)
+    from testing.builds import short_build
 
     full = out.parent / "full-build"
     run_build(load_config(BuildConfig, REPO / "configs/data/default.yaml", ["progress=false"]), full)
-
-    def shortest(name: str, k: int) -> list[dict]:
-        recs = read_jsonl(full / name)
-        return sorted(recs, key=lambda r: sum(len(m["content"]) for m in r["messages"]))[:k]
-
-    out.mkdir(parents=True)
-    shutil.copy(full / "manifest.json", out / "manifest.json")
-    write_jsonl(out / "train.jsonl", shortest("train.jsonl", n))
-    write_jsonl(out / "test.jsonl", shortest("test.jsonl", n_test))
-    return out
+    return short_build(full, out, n, n_test)
 
 
 def worker(cfg_file: str, result: str) -> int:

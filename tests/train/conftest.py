@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from testing.builds import short_build
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -41,23 +43,6 @@ def save_tiny_mixtral(out: Path, tokenizer_dir: Path, seed: int = 0) -> Path:
                            pad_token_id=tok.pad_token_id)
     MixtralForCausalLM(config).save_pretrained(out)
     tok.save_pretrained(out)
-    return out
-
-
-def short_build(src: Path, out: Path, n_train: int, n_test: int = 2) -> Path:
-    """A build dir holding the `n_train` shortest judgments of `src` (tiny-model tests stay fast)."""
-    import shutil
-
-    from judgeforge.io import read_jsonl, write_jsonl
-
-    def shortest(name: str, n: int) -> list[dict]:
-        recs = read_jsonl(src / name)
-        return sorted(recs, key=lambda r: sum(len(m["content"]) for m in r["messages"]))[:n]
-
-    out.mkdir(parents=True)
-    shutil.copy(src / "manifest.json", out / "manifest.json")
-    write_jsonl(out / "train.jsonl", shortest("train.jsonl", n_train))
-    write_jsonl(out / "test.jsonl", shortest("test.jsonl", n_test))
     return out
 
 
